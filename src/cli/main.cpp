@@ -1,0 +1,55 @@
+// `sluice` entry point: subcommand dispatch and top-level error reporting.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string_view>
+
+#include "cli/commands.h"
+#include "core/error.h"
+
+namespace {
+
+struct Command {
+  const char* name;
+  const char* summary;
+  int (*fn)(int, char**);
+};
+
+constexpr Command kCommands[] = {
+    {"inspect", "show a model's architecture, tensors, sizes and a RAM verdict",
+     sluice::cli::cmd_inspect},
+};
+
+void usage() {
+  std::fprintf(stderr, "usage: sluice COMMAND [options]   (sluice COMMAND --help for details)\n\ncommands:\n");
+  for (const auto& c : kCommands) std::fprintf(stderr, "  %-16s %s\n", c.name, c.summary);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
+    usage();
+    return argc < 2 ? 2 : 0;
+  }
+  for (const auto& c : kCommands) {
+    if (std::string_view(argv[1]) != c.name) continue;
+    try {
+      return c.fn(argc - 1, argv + 1);
+    } catch (const CLI::ParseError& e) {
+      std::fprintf(stderr, "sluice %s: %s\n", c.name, e.what());
+      return 2;
+    } catch (const sluice::Error& e) {
+      std::fprintf(stderr, "sluice %s: error: %s\n", c.name, e.what());
+      return 1;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "sluice %s: unexpected error: %s\n", c.name, e.what());
+      return 1;
+    }
+  }
+  std::fprintf(stderr, "sluice: unknown command '%s'\n\n", argv[1]);
+  usage();
+  return 2;
+}

@@ -1,0 +1,31 @@
+// Errors: one exception type carrying a precise, user-facing message. Library code throws
+// sluice::Error for every bad input (file, flag, request); front ends catch it at the top and print
+// it, so nothing a user supplies crashes the process.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace sluice {
+
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& msg) : std::runtime_error(msg) {}
+};
+
+template <typename... Args>
+[[noreturn]] inline void fail(fmt::format_string<Args...> f, Args&&... args) {
+  throw Error(fmt::format(f, std::forward<Args>(args)...));
+}
+
+// Overflow-checked arithmetic for sizes read from untrusted files.
+inline bool mul_overflows(uint64_t a, uint64_t b, uint64_t* out) {
+  return __builtin_mul_overflow(a, b, out);
+}
+inline bool add_overflows(uint64_t a, uint64_t b, uint64_t* out) {
+  return __builtin_add_overflow(a, b, out);
+}
+
+}  // namespace sluice
