@@ -196,15 +196,26 @@ void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
     case GgmlType::Q5_K: return dd::q5_k(static_cast<const BlockQ5K*>(src), dst, nb);
     case GgmlType::Q6_K: return dd::q6_k(static_cast<const BlockQ6K*>(src), dst, nb);
     case GgmlType::Q8_K: return dd::q8_k(static_cast<const BlockQ8K*>(src), dst, nb);
+    case GgmlType::IQ2_XXS: return dd::iq2_xxs(static_cast<const BlockIQ2XXS*>(src), dst, nb);
+    case GgmlType::IQ2_XS: return dd::iq2_xs(static_cast<const BlockIQ2XS*>(src), dst, nb);
+    case GgmlType::IQ2_S: return dd::iq2_s(static_cast<const BlockIQ2S*>(src), dst, nb);
+    case GgmlType::IQ3_XXS: return dd::iq3_xxs(static_cast<const BlockIQ3XXS*>(src), dst, nb);
+    case GgmlType::IQ3_S: return dd::iq3_s(static_cast<const BlockIQ3S*>(src), dst, nb);
+    case GgmlType::IQ1_S: return dd::iq1_s(static_cast<const BlockIQ1S*>(src), dst, nb);
+    case GgmlType::IQ1_M: return dd::iq1_m(static_cast<const BlockIQ1M*>(src), dst, nb);
+    case GgmlType::IQ4_NL: return dd::iq4_nl(static_cast<const BlockIQ4NL*>(src), dst, nb);
+    case GgmlType::IQ4_XS: return dd::iq4_xs(static_cast<const BlockIQ4XS*>(src), dst, nb);
+    case GgmlType::MXFP4: return dd::mxfp4(static_cast<const BlockMXFP4*>(src), dst, nb);
+    case GgmlType::TQ1_0: return dd::tq1_0(static_cast<const BlockTQ1_0*>(src), dst, nb);
+    case GgmlType::TQ2_0: return dd::tq2_0(static_cast<const BlockTQ2_0*>(src), dst, nb);
     case GgmlType::I8:
     case GgmlType::I16:
     case GgmlType::I32:
     case GgmlType::I64:
       fail("dequantize_row: {} is an integer tensor type and has no dequantization",
            traits->name);
-    default:
-      break;
   }
+  // Reached only by a type added to types.cpp without a dequantizer here (-Wswitch flags it too).
   fail("dequantize_row: no dequantizer for GGML type {}", traits->name);
 }
 

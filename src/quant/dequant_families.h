@@ -25,4 +25,20 @@ void q5_k(const BlockQ5K* x, float* y, int64_t nb);
 void q6_k(const BlockQ6K* x, float* y, int64_t nb);
 void q8_k(const BlockQ8K* x, float* y, int64_t nb);
 
+// dequant_iq.cpp: lattice i-quants and table-valued 4-bit types.
+void iq2_xxs(const BlockIQ2XXS* x, float* y, int64_t nb);
+void iq2_xs(const BlockIQ2XS* x, float* y, int64_t nb);
+void iq2_s(const BlockIQ2S* x, float* y, int64_t nb);
+void iq3_xxs(const BlockIQ3XXS* x, float* y, int64_t nb);
+void iq3_s(const BlockIQ3S* x, float* y, int64_t nb);
+void iq1_s(const BlockIQ1S* x, float* y, int64_t nb);
+void iq1_m(const BlockIQ1M* x, float* y, int64_t nb);
+void iq4_nl(const BlockIQ4NL* x, float* y, int64_t nb);
+void iq4_xs(const BlockIQ4XS* x, float* y, int64_t nb);
+void mxfp4(const BlockMXFP4* x, float* y, int64_t nb);
+
+// dequant_ternary.cpp.
+void tq1_0(const BlockTQ1_0* x, float* y, int64_t nb);
+void tq2_0(const BlockTQ2_0* x, float* y, int64_t nb);
+
 }  // namespace sluice::dequant_detail
