@@ -184,3 +184,31 @@ TEST(Dequant, LegacyBlocksByHand) {
   EXPECT_EQ(y[31], 0.0f);
   EXPECT_EQ(y[30], -16.0f);
 }
+
+// Types without reference vectors in quant-vectors.gguf, checked against their definition.
+TEST(Dequant, TypesWithoutVectors) {
+  std::vector<BlockQ8K> k(2);
+  for (int b = 0; b < 2; ++b) {
+    k[b].d = b ? -0.25f : 0.125f;
+    for (int j = 0; j < 256; ++j) k[b].qs[j] = static_cast<int8_t>(j - 128);
+  }
+  std::vector<float> y(512);
+  dequantize_row(GgmlType::Q8_K, k.data(), y.data(), 512);
+  for (int b = 0; b < 2; ++b)
+    for (int j = 0; j < 256; ++j) ASSERT_EQ(y[256 * b + j], k[b].d * static_cast<float>(j - 128));
+
+  BlockQ8_1 q{};
+  q.d = fp32_to_fp16(-3.0f);
+  q.s = fp32_to_fp16(1000.0f);  // the sum field must not leak into the values
+  for (int j = 0; j < 32; ++j) q.qs[j] = static_cast<int8_t>(j - 16);
+  dequantize_row(GgmlType::Q8_1, &q, y.data(), 32);
+  for (int j = 0; j < 32; ++j) EXPECT_EQ(y[j], -3.0f * static_cast<float>(j - 16));
+
+  const float f[3] = {1.5f, -0.0f, 3e38f};
+  dequantize_row(GgmlType::F32, f, y.data(), 3);
+  EXPECT_EQ(0, std::memcmp(f, y.data(), sizeof f));
+  const double g[2] = {0.1, -1e-300};
+  dequantize_row(GgmlType::F64, g, y.data(), 2);
+  EXPECT_EQ(y[0], 0.1f);
+  EXPECT_EQ(bits_of(y[1]), 0x80000000u);
+}
