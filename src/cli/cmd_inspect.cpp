@@ -1,24 +1,204 @@
-// `sluice inspect MODEL`: metadata and tensor table of a GGUF file.
+// `sluice inspect MODEL [--ram SIZE] [--ctx N] [--json] [--metadata]`: architecture, tokenizer,
+// tensor table, bytes by class and layer, routed-expert size, KV-cache estimate and the RAM
+// verdict. All numbers come from model/sizing; this file only formats them, as a table or JSON.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "core/units.h"
 #include "gguf/gguf.h"
+#include "model/sizing.h"
 
 namespace sluice::cli {
 
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// "0-2, 5, 7-9"
+std::string format_layers(const std::vector<int>& layers) {
+  std::string out;
+  for (size_t i = 0; i < layers.size();) {
+    size_t j = i;
+    while (j + 1 < layers.size() && layers[j + 1] == layers[j] + 1) ++j;
+    if (!out.empty()) out += ", ";
+    out += j > i ? fmt::format("{}-{}", layers[i], layers[j]) : fmt::format("{}", layers[i]);
+    i = j + 1;
+  }
+  return out;
+}
+
+std::string opt_str(const std::optional<int64_t>& v) { return v ? fmt::format("{}", *v) : "-"; }
+
+std::string heads_str(const std::vector<int64_t>& h) {
+  if (h.empty()) return "-";
+  if (std::all_of(h.begin(), h.end(), [&](int64_t x) { return x == h[0]; })) return fmt::format("{}", h[0]);
+  return fmt::format("[{}]", fmt::join(h, ", "));
+}
+
+template <typename T>
+Json opt_json(const std::optional<T>& v) {
+  return v ? Json(*v) : Json(nullptr);
+}
+
+Json heads_json(const std::vector<int64_t>& h) {
+  if (h.empty()) return nullptr;
+  if (h.size() == 1) return h[0];
+  return h;
+}
+
+Json class_bytes_json(const ClassBytes& b) {
+  Json j = Json::object();
+  for (TensorClass c : kAllTensorClasses) j[std::string(tensor_class_name(c))] = b[static_cast<size_t>(c)];
+  return j;
+}
+
+Json to_json(const gguf::File& file, const ModelReport& r, bool with_metadata) {
+  const ModelSummary& m = r.model;
+  Json j;
+  j["file"] = {{"path", file.part_path(0)}, {"version", file.version()}, {"parts", file.n_parts()},
+               {"bytes", file.total_size()}};
+  j["model"] = {
+      {"architecture", m.arch}, {"name", m.name}, {"block_count", opt_json(m.n_layer)},
+      {"embedding_length", opt_json(m.n_embd)}, {"feed_forward_length", opt_json(m.n_ff)},
+      {"expert_feed_forward_length", opt_json(m.n_ff_exp)}, {"expert_count", opt_json(m.n_expert)},
+      {"expert_used_count", opt_json(m.n_expert_used)}, {"expert_shared_count", opt_json(m.n_expert_shared)},
+      {"leading_dense_block_count", opt_json(m.n_leading_dense)}, {"nextn_predict_layers", opt_json(m.n_mtp_layers)},
+      {"head_count", heads_json(m.n_head)}, {"head_count_kv", heads_json(m.n_head_kv)},
+      {"key_length", opt_json(m.key_length)}, {"value_length", opt_json(m.value_length)},
+      {"q_lora_rank", opt_json(m.q_lora_rank)}, {"kv_lora_rank", opt_json(m.kv_lora_rank)},
+      {"rope_dimension_count", opt_json(m.rope_dim)}, {"rope_freq_base", opt_json(m.rope_freq_base)},
+      {"rope_scaling_type", m.rope_scaling_type}, {"rope_scaling_factor", opt_json(m.rope_scaling_factor)},
+      {"context_length", opt_json(m.context_length)}, {"sliding_window", opt_json(m.sliding_window)},
+      {"vocab_size", opt_json(m.vocab_size)}, {"mla", m.is_mla}};
+  const TokenizerSummary& t = r.tokenizer;
+  j["tokenizer"] = {{"model", t.model}, {"pre", t.pre}, {"vocab_size", t.n_vocab},
+                    {"bos_token_id", opt_json(t.bos_id)}, {"eos_token_id", opt_json(t.eos_id)},
+                    {"has_chat_template", t.has_chat_template}};
+  if (with_metadata) {
+    Json md = Json::object();
+    for (const auto& [k, v] : file.metadata()) md[k] = v.to_display();
+    j["metadata"] = md;
+  }
+  Json tensors = Json::array();
+  for (const auto& ti : file.tensors())
+    tensors.push_back({{"name", ti.name}, {"type", type_name(ti.type)},
+                       {"shape", std::vector<int64_t>(ti.ne.begin(), ti.ne.begin() + ti.n_dims)},
+                       {"bytes", ti.nbytes}, {"class", tensor_class_name(classify_tensor(ti.name, r.first_mtp_layer))}});
+  j["tensors"] = tensors;
+  Json layers = Json::array();
+  for (const auto& lb : r.layers)
+    layers.push_back({{"layer", opt_json(lb.layer)}, {"bytes", class_bytes_json(lb.bytes)}, {"total", lb.total()}});
+  j["layers"] = layers;
+  j["class_totals"] = class_bytes_json(r.class_totals);
+  j["total_bytes"] = r.total_bytes;
+  Json shapes = Json::array();
+  for (const auto& s : r.expert_shapes)
+    shapes.push_back({{"layers", s.layers}, {"experts", s.n_experts}, {"bytes_per_expert", s.bytes_per_expert}});
+  j["routed_expert_shapes"] = shapes;
+  j["kv_cache"] = {{"ctx", r.kv.ctx}, {"layers", r.kv.n_layer}, {"bytes_per_token", r.kv.bytes_per_token},
+                   {"bytes", r.kv.bytes}, {"type", "f32"}};
+  const Verdict& v = r.verdict;
+  j["verdict"] = {{"ram", v.ram}, {"resident_bytes", v.resident}, {"kv_bytes", v.kv},
+                  {"routed_bytes", v.routed}, {"expert_budget", v.expert_budget},
+                  {"fraction_routed_in_ram", v.fraction}, {"message", v.message}, {"flags", v.flags}};
+  return j;
+}
+
+void print_human(const gguf::File& file, const ModelReport& r, bool with_metadata) {
+  const ModelSummary& m = r.model;
+  fmt::print("file: {} (GGUF v{}, {} part(s), {})\n", file.part_path(0), file.version(), file.n_parts(),
+             format_bytes(file.total_size()));
+  fmt::print("model: {}{}\n", m.arch.empty() ? "(no general.architecture)" : m.arch,
+             m.name.empty() ? "" : fmt::format(" \"{}\"", m.name));
+  if (!m.arch.empty()) {
+    fmt::print("  layers {}  embedding {}  feed-forward {}  context {}\n", opt_str(m.n_layer), opt_str(m.n_embd),
+               opt_str(m.n_ff), opt_str(m.context_length));
+    fmt::print("  heads {}  kv heads {}  key {}  value {}", heads_str(m.n_head), heads_str(m.n_head_kv),
+               opt_str(m.key_length), opt_str(m.value_length));
+    if (m.is_mla) fmt::print("  MLA: q_lora {}  kv_lora {}", opt_str(m.q_lora_rank), opt_str(m.kv_lora_rank));
+    fmt::print("\n  rope dims {}  freq base {}{}{}\n", opt_str(m.rope_dim),
+               m.rope_freq_base ? fmt::format("{}", *m.rope_freq_base) : "-",
+               m.rope_scaling_type.empty() ? "" : "  scaling " + m.rope_scaling_type,
+               m.rope_scaling_factor ? fmt::format(" x{}", *m.rope_scaling_factor) : "");
+    if (m.sliding_window) fmt::print("  sliding window {}\n", *m.sliding_window);
+    if (m.n_expert)
+      fmt::print("  experts {} ({} used, {} shared)  expert feed-forward {}  leading dense layers {}{}\n",
+                 *m.n_expert, opt_str(m.n_expert_used), m.n_expert_shared.value_or(0), opt_str(m.n_ff_exp),
+                 m.n_leading_dense.value_or(0),
+                 m.n_mtp_layers ? fmt::format("  MTP layers {}", *m.n_mtp_layers) : "");
+  }
+  const TokenizerSummary& t = r.tokenizer;
+  fmt::print("tokenizer: {} (pre {}), {} tokens, bos {}, eos {}, chat template {}\n",
+             t.model.empty() ? "-" : t.model, t.pre.empty() ? "-" : t.pre, t.n_vocab, opt_str(t.bos_id),
+             opt_str(t.eos_id), t.has_chat_template ? "yes" : "no");
+
+  if (with_metadata) {
+    fmt::print("\nmetadata ({} keys)\n", file.metadata().size());
+    for (const auto& [k, v] : file.metadata()) fmt::print("  {:<48} {}\n", k, v.to_display());
+  }
+
+  if (file.tensors().empty()) {
+    fmt::print("\nno tensors (vocabulary-only file)\n");
+  } else {
+    fmt::print("\ntensors ({})\n  {:<40} {:<8} {:<20} {:>12}  {}\n", file.tensors().size(), "name", "type",
+               "shape", "bytes", "class");
+    for (const auto& ti : file.tensors())
+      fmt::print("  {:<40} {:<8} {:<20} {:>12}  {}\n", ti.name, type_name(ti.type), ti.shape_string(), ti.nbytes,
+                 tensor_class_name(classify_tensor(ti.name, r.first_mtp_layer)));
+
+    fmt::print("\nbytes by class\n  {:<6}", "layer");
+    for (TensorClass c : kAllTensorClasses) fmt::print(" {:>13}", tensor_class_name(c));
+    fmt::print(" {:>13}\n", "total");
+    auto row = [](const std::string& label, const ClassBytes& b, uint64_t total) {
+      fmt::print("  {:<6}", label);
+      for (TensorClass c : kAllTensorClasses) fmt::print(" {:>13}", b[static_cast<size_t>(c)]);
+      fmt::print(" {:>13}\n", total);
+    };
+    for (const auto& lb : r.layers) row(lb.layer ? fmt::format("{}", *lb.layer) : "global", lb.bytes, lb.total());
+    row("total", r.class_totals, r.total_bytes);
+  }
+
+  for (const auto& s : r.expert_shapes)
+    fmt::print("routed expert, layers {}: {} experts x {} ({} B)\n", format_layers(s.layers), s.n_experts,
+               format_bytes(s.bytes_per_expert), s.bytes_per_expert);
+  fmt::print("\nKV cache at ctx {} (f32{}): {} layers, {} B/token, {}\n", r.kv.ctx, m.is_mla ? ", MLA latent" : "",
+             r.kv.n_layer, r.kv.bytes_per_token, format_bytes(r.kv.bytes));
+
+  const Verdict& v = r.verdict;
+  fmt::print("\nRAM budget {}\n", format_bytes(v.ram));
+  fmt::print("  resident weights   {}\n  KV cache           {}\n  left for experts   {}\n", format_bytes(v.resident),
+             format_bytes(v.kv), format_bytes(v.expert_budget));
+  if (v.routed > 0)
+    fmt::print("  routed experts     {}  ({:.1f} % fit)\n", format_bytes(v.routed), v.fraction * 100);
+  fmt::print("verdict: {}\n", v.message);
+  if (!v.flags.empty()) fmt::print("suggested flags: {}\n", v.flags);
+}
+
+}  // namespace
+
 int cmd_inspect(int argc, char** argv) {
-  CLI::App app{"Show a GGUF model's metadata and tensors", "sluice inspect"};
-  std::string path;
+  CLI::App app{"Show a GGUF model's architecture, tensors, sizes and a RAM verdict", "sluice inspect"};
+  std::string path, ram_text;
+  int64_t ctx = 0;
+  bool json = false, metadata = false;
   app.add_option("model", path, "GGUF file (first part of a split model)")->required();
+  app.add_option("--ram", ram_text, "RAM to plan for, e.g. 32GB or 24GiB (default: memory available now)");
+  app.add_option("--ctx", ctx, "context length for the KV-cache estimate (default: the model's, at most 4096)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  app.add_flag("--json", json, "print JSON instead of tables");
+  app.add_flag("--metadata", metadata, "also list every metadata key");
   SLUICE_PARSE(app, argc, argv);
 
+  SizingOptions opts;
+  if (!ram_text.empty()) opts.ram = parse_byte_size(ram_text, "--ram");
+  if (ctx > 0) opts.ctx = ctx;
   auto file = gguf::File::open(path);
-  fmt::print("file: {} (GGUF v{}, {} part(s), {})\n", path, file->version(), file->n_parts(),
-             format_bytes(file->total_size()));
-  for (const auto& [k, v] : file->metadata()) fmt::print("  {:<48} {}\n", k, v.to_display());
-  for (const auto& t : file->tensors())
-    fmt::print("  {:<40} {:<8} {:<24} {:>12}\n", t.name, type_name(t.type), t.shape_string(), t.nbytes);
+  const ModelReport report = analyze_model(*file, opts);
+  if (json) fmt::print("{}\n", to_json(*file, report, metadata).dump(2, ' ', false, Json::error_handler_t::replace));
+  else print_human(*file, report, metadata);
   return 0;
 }
 

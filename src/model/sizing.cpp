@@ -1,0 +1,236 @@
+// Model sizing. Byte counts come from the tensor infos (never from hyperparameters), so they are
+// exact for any quantization mix; hyperparameters only feed the KV-cache estimate.
+#include "model/sizing.h"
+
+#include <algorithm>
+#include <map>
+
+#include "core/error.h"
+#include "core/meminfo.h"
+
+namespace sluice {
+
+namespace {
+
+uint64_t sat_mul(uint64_t a, uint64_t b) {
+  uint64_t r = 0;
+  return mul_overflows(a, b, &r) ? UINT64_MAX : r;
+}
+uint64_t sat_add(uint64_t a, uint64_t b) {
+  uint64_t r = 0;
+  return add_overflows(a, b, &r) ? UINT64_MAX : r;
+}
+
+// Integer keys may hold one value or, on models with heterogeneous layers, one per layer.
+std::vector<int64_t> int_or_array(const gguf::File& f, const std::string& key) {
+  const gguf::Value* v = f.find(key);
+  if (!v) return {};
+  if (v->type == gguf::ValueType::ARRAY) return f.get_int_array(key);
+  return {f.get_int(key)};
+}
+
+std::optional<int64_t> opt_int(const gguf::File& f, const std::string& key) {
+  auto v = int_or_array(f, key);
+  if (v.empty()) return std::nullopt;
+  // A per-layer array (e.g. feed_forward_length on models mixing layer widths) reports its largest.
+  return *std::max_element(v.begin(), v.end());
+}
+
+std::optional<double> opt_float(const gguf::File& f, const std::string& key) {
+  return f.has(key) ? std::optional<double>(f.get_float(key)) : std::nullopt;
+}
+
+}  // namespace
+
+uint64_t LayerBytes::total() const {
+  uint64_t s = 0;
+  for (uint64_t b : bytes) s += b;
+  return s;
+}
+
+ModelSummary read_model_summary(const gguf::File& f) {
+  ModelSummary m;
+  m.arch = f.get_string_or("general.architecture", "");
+  m.name = f.get_string_or("general.name", "");
+  if (m.arch.empty()) return m;
+  const std::string a = m.arch + ".";
+  m.n_layer = opt_int(f, a + "block_count");
+  m.n_embd = opt_int(f, a + "embedding_length");
+  m.n_ff = opt_int(f, a + "feed_forward_length");
+  m.n_ff_exp = opt_int(f, a + "expert_feed_forward_length");
+  m.n_expert = opt_int(f, a + "expert_count");
+  m.n_expert_used = opt_int(f, a + "expert_used_count");
+  m.n_expert_shared = opt_int(f, a + "expert_shared_count");
+  m.n_leading_dense = opt_int(f, a + "leading_dense_block_count");
+  m.n_mtp_layers = opt_int(f, a + "nextn_predict_layers");
+  m.n_head = int_or_array(f, a + "attention.head_count");
+  m.n_head_kv = int_or_array(f, a + "attention.head_count_kv");
+  m.key_length = opt_int(f, a + "attention.key_length");
+  m.value_length = opt_int(f, a + "attention.value_length");
+  m.kv_lora_rank = opt_int(f, a + "attention.kv_lora_rank");
+  m.q_lora_rank = opt_int(f, a + "attention.q_lora_rank");
+  m.rope_dim = opt_int(f, a + "rope.dimension_count");
+  m.rope_freq_base = opt_float(f, a + "rope.freq_base");
+  m.rope_scaling_type = f.get_string_or(a + "rope.scaling.type", "");
+  m.rope_scaling_factor = opt_float(f, a + "rope.scaling.factor");
+  m.context_length = opt_int(f, a + "context_length");
+  m.sliding_window = opt_int(f, a + "attention.sliding_window");
+  m.vocab_size = opt_int(f, a + "vocab_size");
+  m.is_mla = m.kv_lora_rank.has_value() && *m.kv_lora_rank > 0;
+  return m;
+}
+
+TokenizerSummary read_tokenizer_summary(const gguf::File& f) {
+  TokenizerSummary t;
+  t.model = f.get_string_or("tokenizer.ggml.model", "");
+  t.pre = f.get_string_or("tokenizer.ggml.pre", "");
+  if (const gguf::Value* v = f.find("tokenizer.ggml.tokens")) {
+    if (v->type != gguf::ValueType::ARRAY)
+      fail("metadata key 'tokenizer.ggml.tokens' has type {}, expected array of string",
+           gguf::value_type_name(v->type));
+    t.n_vocab = v->arr().items.size();
+  }
+  if (f.has("tokenizer.ggml.bos_token_id")) t.bos_id = f.get_int("tokenizer.ggml.bos_token_id");
+  if (f.has("tokenizer.ggml.eos_token_id")) t.eos_id = f.get_int("tokenizer.ggml.eos_token_id");
+  t.has_chat_template = f.has("tokenizer.chat_template");
+  return t;
+}
+
+KvEstimate estimate_kv(const ModelSummary& m, int64_t ctx) {
+  KvEstimate kv;
+  kv.ctx = ctx;
+  if (!m.n_layer || *m.n_layer <= 0) return kv;
+  kv.n_layer = std::max<int64_t>(0, *m.n_layer - m.n_mtp_layers.value_or(0));
+  constexpr uint64_t kF32 = 4;
+  if (m.is_mla) {
+    // MLA caches the compressed KV latent plus the shared rotary key part, whatever the head count.
+    const uint64_t per_layer =
+        sat_mul(static_cast<uint64_t>(*m.kv_lora_rank + std::max<int64_t>(0, m.rope_dim.value_or(0))), kF32);
+    kv.bytes_per_token = sat_mul(per_layer, static_cast<uint64_t>(kv.n_layer));
+  } else {
+    const std::vector<int64_t>& heads = m.n_head_kv.empty() ? m.n_head : m.n_head_kv;
+    std::optional<int64_t> k = m.key_length;
+    if (!k && m.n_embd && !m.n_head.empty() && m.n_head[0] > 0) k = *m.n_embd / m.n_head[0];
+    const int64_t v = m.value_length.value_or(k.value_or(0));
+    if (heads.empty() || !k || *k < 0 || v < 0) return kv;
+    auto layer_bytes = [&](int64_t h) {
+      // Recurrent or attention-free layers (0 KV heads) keep no cache.
+      return h <= 0 ? 0 : sat_mul(sat_mul(static_cast<uint64_t>(h), static_cast<uint64_t>(*k + v)), kF32);
+    };
+    if (heads.size() == static_cast<size_t>(*m.n_layer)) {
+      for (int64_t il = 0; il < kv.n_layer; ++il) kv.bytes_per_token = sat_add(kv.bytes_per_token, layer_bytes(heads[il]));
+    } else {
+      kv.bytes_per_token = sat_mul(layer_bytes(heads[0]), static_cast<uint64_t>(kv.n_layer));
+    }
+  }
+  kv.bytes = sat_mul(kv.bytes_per_token, static_cast<uint64_t>(std::max<int64_t>(0, ctx)));
+  return kv;
+}
+
+std::string format_flag_size(uint64_t bytes) {
+  // The largest unit that still shows at least 100 of it (or tenths of GiB from 10 GiB on), so
+  // rounding down gives away under 1 % of the budget.
+  constexpr uint64_t kKiB = 1024, kMiB = kKiB * 1024, kGiB = kMiB * 1024;
+  if (bytes >= 10 * kGiB) {
+    const uint64_t tenths = static_cast<uint64_t>(static_cast<unsigned __int128>(bytes) * 10 / kGiB);
+    return tenths % 10 ? fmt::format("{}.{}GiB", tenths / 10, tenths % 10) : fmt::format("{}GiB", tenths / 10);
+  }
+  if (bytes >= 100 * kMiB) return fmt::format("{}MiB", bytes / kMiB);
+  if (bytes >= 100 * kKiB) return fmt::format("{}KiB", bytes / kKiB);
+  return fmt::format("{}B", bytes);
+}
+
+Verdict make_verdict(uint64_t ram, uint64_t resident, uint64_t kv, uint64_t routed) {
+  Verdict v;
+  v.ram = ram;
+  v.resident = resident;
+  v.kv = kv;
+  v.routed = routed;
+  const uint64_t fixed = sat_add(resident, kv);
+  v.expert_budget = ram > fixed ? ram - fixed : 0;
+  using u128 = unsigned __int128;
+  if (routed == 0) {
+    v.fraction = fixed <= ram ? 1.0 : 0.0;
+  } else {
+    v.fraction = std::min(1.0, static_cast<double>(v.expert_budget) / static_cast<double>(routed));
+  }
+  // Thresholds in exact integer arithmetic so that exactly 70 % and 40 % land on the upper side.
+  const u128 budget = routed == 0 ? (fixed <= ram ? 1 : 0) : v.expert_budget;
+  const u128 whole = routed == 0 ? 1 : routed;
+  if (budget * 10 >= whole * 7) {
+    v.level = VerdictLevel::NearInRam;
+    v.message = "near in-RAM speed";
+  } else if (budget * 10 >= whole * 4) {
+    v.level = VerdictLevel::Usable;
+    v.message = "usable, prompt-dependent";
+  } else {
+    v.level = VerdictLevel::TooSmall;
+    v.message = fixed > ram ? "choose a smaller quant (resident weights and KV cache alone exceed the RAM)"
+                            : "choose a smaller quant";
+  }
+  if (routed > 0) {
+    if (v.expert_budget >= routed) v.flags = "--experts ram";
+    else if (v.expert_budget == 0) v.flags = "--experts stream";
+    else v.flags = "--experts stream --ssd-streaming-cache-experts " + format_flag_size(v.expert_budget);
+  }
+  return v;
+}
+
+ModelReport analyze_model(const gguf::File& file, const SizingOptions& opts) {
+  ModelReport r;
+  r.model = read_model_summary(file);
+  r.tokenizer = read_tokenizer_summary(file);
+
+  if (r.model.n_layer && r.model.n_mtp_layers && *r.model.n_mtp_layers > 0)
+    r.first_mtp_layer = static_cast<int>(
+        std::clamp<int64_t>(*r.model.n_layer - *r.model.n_mtp_layers, 0, INT32_MAX));
+
+  struct LayerExperts {
+    uint64_t routed_bytes = 0;
+    int n_experts = 0;
+  };
+  std::map<int, LayerBytes> by_layer;  // key -1: global tensors, sorted first
+  std::map<int, LayerExperts> experts;
+  for (const auto& t : file.tensors()) {
+    const TensorClass c = classify_tensor(t.name, r.first_mtp_layer);
+    const std::optional<int> layer = layer_of(t.name);
+    LayerBytes& lb = by_layer[layer.value_or(-1)];
+    lb.layer = layer;
+    lb.bytes[static_cast<size_t>(c)] += t.nbytes;
+    r.class_totals[static_cast<size_t>(c)] += t.nbytes;
+    r.total_bytes += t.nbytes;
+    if (c != TensorClass::RoutedExpert || !layer) continue;
+    LayerExperts& le = experts[*layer];
+    le.routed_bytes += t.nbytes;
+    if (auto s = expert_slice(t)) le.n_experts = std::max(le.n_experts, s->first_expert + s->n_experts);
+  }
+  for (auto& [key, lb] : by_layer) r.layers.push_back(lb);
+  for (const auto& [layer, le] : experts) {
+    if (le.n_experts == 0) continue;
+    const uint64_t per_expert = le.routed_bytes / static_cast<uint64_t>(le.n_experts);
+    auto same = std::find_if(r.expert_shapes.begin(), r.expert_shapes.end(), [&](const ExpertShape& s) {
+      return s.n_experts == le.n_experts && s.bytes_per_expert == per_expert;
+    });
+    if (same == r.expert_shapes.end()) r.expert_shapes.push_back({{layer}, le.n_experts, per_expert});
+    else same->layers.push_back(layer);
+  }
+
+  const int64_t trained = r.model.context_length.value_or(0);
+  const int64_t ctx = opts.ctx.value_or(trained > 0 ? std::min<int64_t>(trained, 4096) : 4096);
+  if (ctx <= 0) fail("context size {} must be positive", ctx);
+  r.kv = estimate_kv(r.model, ctx);
+
+  uint64_t ram = 0;
+  if (opts.ram) {
+    ram = *opts.ram;
+  } else {
+    auto avail = read_meminfo().available_bytes();
+    if (!avail) fail("cannot determine the available memory (no /proc/meminfo or cgroup limit); pass --ram SIZE");
+    ram = *avail;
+  }
+  const uint64_t routed = r.class_totals[static_cast<size_t>(TensorClass::RoutedExpert)];
+  r.verdict = make_verdict(ram, r.total_bytes - routed, r.kv.bytes, routed);
+  return r;
+}
+
+}  // namespace sluice

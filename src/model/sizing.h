@@ -1,0 +1,102 @@
+// Model sizing for `sluice inspect` and for planning expert placement: hyperparameters as the
+// file states them, bytes per tensor class per layer, the size of one routed expert, a KV-cache
+// estimate and the verdict of how much of the routed-expert set fits in a RAM budget. Reading is
+// lenient (absent keys stay unset) so that vocab-only and unfamiliar files can still be inspected.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf.h"
+#include "model/tensor_class.h"
+
+namespace sluice {
+
+struct ModelSummary {
+  std::string arch;  // general.architecture; empty when absent
+  std::string name;  // general.name
+  std::optional<int64_t> n_layer, n_embd, n_ff, n_ff_exp, n_expert, n_expert_used,
+      n_expert_shared, n_leading_dense, n_mtp_layers, key_length, value_length, kv_lora_rank,
+      q_lora_rank, rope_dim, context_length, sliding_window, vocab_size;
+  // attention.head_count(_kv): one entry per layer when the file stores an array, else one value.
+  std::vector<int64_t> n_head, n_head_kv;
+  std::optional<double> rope_freq_base, rope_scaling_factor;
+  std::string rope_scaling_type;
+  bool is_mla = false;  // kv_lora_rank present: the KV cache holds the compressed latent
+};
+
+struct TokenizerSummary {
+  std::string model, pre;
+  uint64_t n_vocab = 0;
+  std::optional<int64_t> bos_id, eos_id;
+  bool has_chat_template = false;
+};
+
+using ClassBytes = std::array<uint64_t, kTensorClassCount>;  // indexed by TensorClass
+
+struct LayerBytes {
+  std::optional<int> layer;  // nullopt: tensors outside blocks (embeddings, output, norms)
+  ClassBytes bytes{};
+  uint64_t total() const;
+};
+
+// One routed expert of a layer: every routed tensor's per-expert slice summed. Layers with the
+// same (bytes, experts) are grouped: a Q4_K_M mix gives different sizes on different layers.
+struct ExpertShape {
+  std::vector<int> layers;
+  int n_experts = 0;
+  uint64_t bytes_per_expert = 0;
+};
+
+struct KvEstimate {
+  int64_t ctx = 0;
+  int64_t n_layer = 0;         // layers that keep a cache (MTP blocks excluded)
+  uint64_t bytes_per_token = 0;  // all layers, f32
+  uint64_t bytes = 0;
+};
+
+enum class VerdictLevel { NearInRam, Usable, TooSmall };
+
+struct Verdict {
+  uint64_t ram = 0;
+  uint64_t resident = 0;       // every non-routed tensor
+  uint64_t kv = 0;
+  uint64_t routed = 0;
+  uint64_t expert_budget = 0;  // ram − resident − kv, 0 when they alone exceed ram
+  double fraction = 0;         // of routed experts that fit in the budget, capped at 1
+  VerdictLevel level = VerdictLevel::TooSmall;
+  std::string message;         // "near in-RAM speed", ...
+  std::string flags;           // suggested run flags; empty for a model without routed experts
+};
+
+struct ModelReport {
+  ModelSummary model;
+  TokenizerSummary tokenizer;
+  int first_mtp_layer = -1;        // as passed to classify_tensor
+  std::vector<LayerBytes> layers;  // global row first (when there are global tensors), then by layer
+  ClassBytes class_totals{};
+  uint64_t total_bytes = 0;
+  std::vector<ExpertShape> expert_shapes;
+  KvEstimate kv;
+  Verdict verdict;
+};
+
+struct SizingOptions {
+  std::optional<int64_t> ctx;   // default: the model's context_length capped at 4096
+  std::optional<uint64_t> ram;  // default: read_meminfo().available_bytes()
+};
+
+ModelSummary read_model_summary(const gguf::File& file);
+TokenizerSummary read_tokenizer_summary(const gguf::File& file);
+KvEstimate estimate_kv(const ModelSummary& m, int64_t ctx);
+// The thresholds: ≥ 70 % of routed experts fit → NearInRam, ≥ 40 % → Usable, else TooSmall.
+Verdict make_verdict(uint64_t ram, uint64_t resident, uint64_t kv, uint64_t routed);
+// A byte count as a flag value that parse_byte_size reads back, rounded down by under 1 %
+// ("11.5GiB", "1945KiB").
+std::string format_flag_size(uint64_t bytes);
+ModelReport analyze_model(const gguf::File& file, const SizingOptions& opts);
+
+}  // namespace sluice
