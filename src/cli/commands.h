@@ -17,5 +17,7 @@
 namespace sluice::cli {
 
 int cmd_inspect(int argc, char** argv);
+int cmd_tokenize(int argc, char** argv);
+int cmd_convert_tokenizer(int argc, char** argv);
 
 }  // namespace sluice::cli

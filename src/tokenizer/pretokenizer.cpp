@@ -54,7 +54,7 @@ const std::vector<Family>& families() {
         "jina-v2-es", "jina-v2-de", "jina-v2-code", "gigachat", "trillion", "granite-docling",
         "exaone4", "mellum", "modern-bert", "a.x-4.0"},
        {kGpt2}},
-      {{"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2",
+      {{"llama-bpe", "llama3", "llama-v3", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2",
         "dbrx", "smaug-bpe", "glm4", "chatglm-bpe"},
        {kLlama3}},
       {{"qwen2", "deepseek-r1-qwen", "stablelm2", "hunyuan", "megrez", "kormo", "solar-open"},
@@ -160,6 +160,32 @@ std::vector<std::string_view> PreTokenizer::split(std::string_view text) const {
   }
   return pieces;
 }
+
+std::string PreTokenizer::detect(const std::vector<std::string>& patterns) {
+  // tokenizer.json may spell CR/LF literally inside a class where the tables use \r and \n.
+  auto canon = [](std::string p) {
+    std::string out;
+    for (char c : p) {
+      if (c == '\r') {
+        out += "\\r";
+      } else if (c == '\n') {
+        out += "\\n";
+      } else {
+        out += c;
+      }
+    }
+    return out;
+  };
+  for (const auto& fam : families()) {
+    if (fam.patterns.size() != patterns.size()) continue;
+    bool same = true;
+    for (size_t i = 0; i < patterns.size() && same; ++i) same = canon(patterns[i]) == canon(fam.patterns[i]);
+    if (same) return fam.names.front();
+  }
+  return "";
+}
+
+std::string PreTokenizer::byte_level_regex() { return kGpt2; }
 
 std::vector<std::string> PreTokenizer::known_names() {
   std::vector<std::string> out;

@@ -25,6 +25,12 @@ class PreTokenizer {
   // The regexes in application order, as compiled (after rewriting constructs PCRE2 lacks).
   const std::vector<std::string>& patterns() const { return patterns_; }
 
+  // The canonical tokenizer.ggml.pre name of the family whose regex list equals `patterns` (as a
+  // tokenizer.json Sequence of Splits spells them); "" when none does.
+  static std::string detect(const std::vector<std::string>& patterns);
+  // GPT-2's ByteLevel regex, which a ByteLevel pre-tokenizer with use_regex applies.
+  static std::string byte_level_regex();
+
   // Every name tokenizer.ggml.pre may carry that this class accepts.
   static std::vector<std::string> known_names();
 
