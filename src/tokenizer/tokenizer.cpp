@@ -317,8 +317,15 @@ std::string StreamDecoder::push(int32_t id) {
     for (size_t k = i + 1; unfinished && k < pending_.size(); ++k)
       unfinished = (static_cast<unsigned char>(pending_[k]) & 0xC0) == 0x80;
     if (unfinished) break;
+    // One U+FFFD for the lead byte and the continuation bytes it claimed, as UTF-8 decoders with
+    // errors=replace do.
+    size_t bad = 1;
+    if (want > 1 && lead >= 0xC2 && lead <= 0xF4)
+      while (bad < want && i + bad < pending_.size() &&
+             (static_cast<unsigned char>(pending_[i + bad]) & 0xC0) == 0x80)
+        ++bad;
     out += utf8::kReplacement;
-    ++i;
+    i += bad;
   }
   pending_.erase(0, i);
   return out;
