@@ -1,0 +1,166 @@
+// matmul: activation conversion, work split and the row x token loops; see matmul.h.
+//
+// Work split: output rows are cut into one contiguous range per thread so each thread streams its
+// own part of the weight matrix front to back (decode is bound by that stream). Only when there
+// are fewer rows than threads are tokens split as well. Within a range, each weight row is dotted
+// with a tile of token rows while it sits in L1, so prefill and MoE expert batches read the weights
+// once per tile instead of once per token.
+#include "ops/matmul.h"
+
+#include <algorithm>
+#include <exception>
+#include <mutex>
+
+#include "core/aligned.h"
+#include "core/error.h"
+#include "quant/dequant.h"
+
+namespace sluice {
+
+namespace {
+
+// Token rows per weight-row visit. 64 Q8_K rows of 4096 values are ~300 KB: fits L2 next to the
+// thread's weights, so the activation tile is reused from cache across the rows of a range.
+constexpr int64_t kTokenTile = 64;
+// Below this many tokens the caller converts activations alone: a second pool round trip costs
+// more than converting a few rows.
+constexpr int64_t kParallelQuantizeTokens = 8;
+
+// Grow-only buffer: steady-state decode reuses it and allocates nothing.
+class Scratch {
+ public:
+  std::byte* get(size_t bytes) {
+    if (buf_.size() < bytes) buf_ = AlignedBuffer(std::max(bytes, buf_.size() * 2));
+    return buf_.data();
+  }
+
+ private:
+  AlignedBuffer buf_;
+};
+
+// Converted activations of the calling thread, and one dequantized weight row per pool thread for
+// types without a dot kernel. Pool threads live as long as the pool, so theirs persists too.
+thread_local Scratch t_activations;
+thread_local Scratch t_dequant_row;
+
+struct Job {
+  const MatView* w;
+  DotKernels k;
+  const std::byte* xq;  // activation rows in k.vec_dot_type (or x itself for F32)
+  uint64_t xq_stride;
+  const float* x;
+  int64_t n_tokens;
+  float* y;
+  int64_t row_parts;
+  int64_t token_parts;
+
+  std::mutex error_mutex;
+  std::exception_ptr error;
+
+  void record_error() {
+    std::lock_guard<std::mutex> lock(error_mutex);
+    if (!error) error = std::current_exception();
+  }
+};
+
+void run_range(const Job& job, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+  const MatView& w = *job.w;
+  float* row_buf = nullptr;
+  if (!job.k.vec_dot) {
+    row_buf =
+        reinterpret_cast<float*>(t_dequant_row.get(static_cast<size_t>(w.n_in) * sizeof(float)));
+  }
+  for (int64_t tt = t0; tt < t1; tt += kTokenTile) {
+    const int64_t te = std::min(t1, tt + kTokenTile);
+    for (int64_t r = r0; r < r1; ++r) {
+      const std::byte* wrow = w.data + static_cast<uint64_t>(r) * w.row_stride;
+      float* yr = job.y + r;
+      if (job.k.vec_dot) {
+        const std::byte* xr = job.xq + static_cast<uint64_t>(tt) * job.xq_stride;
+        for (int64_t t = tt; t < te; ++t, xr += job.xq_stride)
+          yr[t * w.n_out] = job.k.vec_dot(w.n_in, wrow, xr);
+      } else {
+        dequantize_row(w.type, wrow, row_buf, w.n_in);
+        for (int64_t t = tt; t < te; ++t)
+          yr[t * w.n_out] = job.k.f32_dot(w.n_in, row_buf, job.x + t * w.n_in);
+      }
+    }
+  }
+}
+
+void run_part(Job& job, int thread, int n_threads) {
+  try {
+    if (thread >= job.row_parts * job.token_parts) return;
+    const int64_t rp = thread % job.row_parts;
+    const int64_t tp = thread / job.row_parts;
+    const int64_t n_out = job.w->n_out;
+    run_range(job, n_out * rp / job.row_parts, n_out * (rp + 1) / job.row_parts,
+              job.n_tokens * tp / job.token_parts, job.n_tokens * (tp + 1) / job.token_parts);
+  } catch (...) {
+    job.record_error();
+  }
+}
+
+void convert_activations(ThreadPool& pool, Job& job) {
+  if (!job.k.quantize) {
+    job.xq = reinterpret_cast<const std::byte*>(job.x);
+    job.xq_stride = static_cast<uint64_t>(job.w->n_in) * sizeof(float);
+    return;
+  }
+  const int64_t n_in = job.w->n_in;
+  job.xq_stride = row_bytes(job.k.vec_dot_type, static_cast<uint64_t>(n_in));
+  std::byte* xq = t_activations.get(job.xq_stride * static_cast<uint64_t>(job.n_tokens));
+  job.xq = xq;
+  if (job.n_tokens < kParallelQuantizeTokens || pool.size() == 1) {
+    for (int64_t t = 0; t < job.n_tokens; ++t)
+      job.k.quantize(job.x + t * n_in, xq + t * job.xq_stride, n_in);
+    return;
+  }
+  pool.parallel_for(job.n_tokens, [&job, xq](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t)
+      job.k.quantize(job.x + t * job.w->n_in, xq + t * job.xq_stride, job.w->n_in);
+  });
+}
+
+}  // namespace
+
+void matmul(ThreadPool& pool, const MatView& w, const float* x, int64_t n_tokens, float* y,
+            Isa isa) {
+  if (n_tokens < 0 || w.n_out < 0 || w.n_in < 0) {
+    fail("matmul: negative size (n_in {}, n_out {}, n_tokens {})", w.n_in, w.n_out, n_tokens);
+  }
+  const uint32_t block = type_traits(w.type).block_elems;
+  if (w.n_in % block != 0) {
+    fail("matmul: row length {} is not a multiple of the {} block size {}", w.n_in,
+         type_name(w.type), block);
+  }
+  if (w.row_stride < row_bytes(w.type, static_cast<uint64_t>(w.n_in))) {
+    fail("matmul: row stride {} is shorter than a {} row of {} values ({} bytes)", w.row_stride,
+         type_name(w.type), w.n_in, row_bytes(w.type, static_cast<uint64_t>(w.n_in)));
+  }
+  if (n_tokens == 0 || w.n_out == 0) return;
+
+  Job job;
+  job.w = &w;
+  job.k = dot_kernels(w.type, isa);
+  job.x = x;
+  job.n_tokens = n_tokens;
+  job.y = y;
+  const int64_t nt = pool.size();
+  job.row_parts = std::min(nt, w.n_out);
+  job.token_parts = std::min(n_tokens, std::max<int64_t>(1, nt / job.row_parts));
+
+  convert_activations(pool, job);
+  if (job.row_parts * job.token_parts == 1) {
+    run_part(job, 0, 1);
+  } else {
+    pool.run([&job](int thread, int n_threads) { run_part(job, thread, n_threads); });
+  }
+  if (job.error) std::rethrow_exception(job.error);
+}
+
+void matmul(ThreadPool& pool, const MatView& w, const float* x, int64_t n_tokens, float* y) {
+  matmul(pool, w, x, n_tokens, y, active_isa());
+}
+
+}  // namespace sluice

@@ -1,0 +1,35 @@
+// Matrix multiplication of float activations with a weight matrix in any GGML block type: the
+// operation that dominates every forward pass. Activations are converted once per call into the
+// format the weight type's dot kernel reads (see quant/dispatch.h), then output rows are split
+// across the pool.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/thread_pool.h"
+#include "quant/dispatch.h"
+#include "quant/types.h"
+
+namespace sluice {
+
+// A 2-D weight matrix in GGML layout: n_out rows of n_in values, rows contiguous, any block type.
+struct MatView {
+  GgmlType type;
+  int64_t n_in;   // ne[0], values per row
+  int64_t n_out;  // number of rows
+  const std::byte* data;
+  uint64_t row_stride;  // bytes between rows
+};
+
+// y (n_tokens × n_out, row-major) = x (n_tokens × n_in, row-major) · Wᵀ, parallel over the pool.
+// Throws sluice::Error when n_in is not a whole number of blocks, the stride is shorter than a
+// row, or the type holds no real numbers. Not reentrant per calling thread: the activation scratch
+// belongs to the calling thread.
+void matmul(ThreadPool& pool, const MatView& w, const float* x, int64_t n_tokens, float* y);
+
+// The same with an explicit kernel set instead of the process-wide choice (tests, benchmarks).
+void matmul(ThreadPool& pool, const MatView& w, const float* x, int64_t n_tokens, float* y,
+            Isa isa);
+
+}  // namespace sluice

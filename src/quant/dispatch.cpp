@@ -1,0 +1,156 @@
+// Kernel selection: see dispatch.h. The table is a switch rather than data so that a weight type
+// without a kernel in one set falls back to the scalar kernel of the same type, not to dequantize.
+#include "quant/dispatch.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace sluice {
+
+bool cpu_has_avx2() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+         __builtin_cpu_supports("f16c");
+#else
+  return false;
+#endif
+}
+
+Isa select_isa(bool cpu_avx2, const char* no_simd_env) {
+  bool forced_scalar =
+      no_simd_env && std::strcmp(no_simd_env, "") != 0 && std::strcmp(no_simd_env, "0") != 0;
+  return cpu_avx2 && !forced_scalar ? Isa::Avx2 : Isa::Scalar;
+}
+
+Isa active_isa() {
+  static const Isa isa = select_isa(cpu_has_avx2(), std::getenv("SLUICE_NO_SIMD"));
+  return isa;
+}
+
+const char* isa_name(Isa isa) {
+  return isa == Isa::Avx2 ? "avx2" : "scalar";
+}
+
+namespace {
+
+DotKernels scalar_kernels(GgmlType weight) {
+  const DotKernels f32{GgmlType::F32, nullptr, nullptr, scalar::vec_dot_f32};
+  const DotKernels q8_0{GgmlType::Q8_0, scalar::quantize_row_q8_0, nullptr, scalar::vec_dot_f32};
+  const DotKernels q8_K{GgmlType::Q8_K, scalar::quantize_row_q8_K, nullptr, scalar::vec_dot_f32};
+  auto with = [](DotKernels k, VecDotFn dot) {
+    k.vec_dot = dot;
+    return k;
+  };
+  switch (weight) {
+    case GgmlType::F32:
+      return with(f32, scalar::vec_dot_f32);
+    case GgmlType::F16:
+      return with(f32, scalar::vec_dot_f16);
+    case GgmlType::BF16:
+      return with(f32, scalar::vec_dot_bf16);
+    case GgmlType::Q8_0:
+      return with(q8_0, scalar::vec_dot_q8_0);
+    case GgmlType::Q4_0:
+      return with(q8_0, scalar::vec_dot_q4_0);
+    case GgmlType::Q4_1:
+      return with(q8_0, scalar::vec_dot_q4_1);
+    case GgmlType::Q5_0:
+      return with(q8_0, scalar::vec_dot_q5_0);
+    case GgmlType::Q5_1:
+      return with(q8_0, scalar::vec_dot_q5_1);
+    case GgmlType::IQ4_NL:
+      return with(q8_0, scalar::vec_dot_iq4_nl);
+    case GgmlType::MXFP4:
+      return with(q8_0, scalar::vec_dot_mxfp4);
+    case GgmlType::Q2_K:
+      return with(q8_K, scalar::vec_dot_q2_K);
+    case GgmlType::Q3_K:
+      return with(q8_K, scalar::vec_dot_q3_K);
+    case GgmlType::Q4_K:
+      return with(q8_K, scalar::vec_dot_q4_K);
+    case GgmlType::Q5_K:
+      return with(q8_K, scalar::vec_dot_q5_K);
+    case GgmlType::Q6_K:
+      return with(q8_K, scalar::vec_dot_q6_K);
+    case GgmlType::IQ4_XS:
+      return with(q8_K, scalar::vec_dot_iq4_xs);
+    case GgmlType::I8:
+    case GgmlType::I16:
+    case GgmlType::I32:
+    case GgmlType::I64:
+    case GgmlType::F64:
+      fail("matmul: weight type {} is not a supported weight format", type_name(weight));
+    default:
+      return f32;
+  }
+}
+
+// Overrides the scalar entries that have an AVX2 kernel; everything else keeps its scalar kernel.
+DotKernels avx2_kernels(GgmlType weight) {
+  DotKernels k = scalar_kernels(weight);
+  k.f32_dot = avx2::vec_dot_f32;
+  if (k.vec_dot_type == GgmlType::Q8_0) k.quantize = avx2::quantize_row_q8_0;
+  if (k.vec_dot_type == GgmlType::Q8_K) k.quantize = avx2::quantize_row_q8_K;
+  switch (weight) {
+    case GgmlType::F32:
+      k.vec_dot = avx2::vec_dot_f32;
+      break;
+    case GgmlType::F16:
+      k.vec_dot = avx2::vec_dot_f16;
+      break;
+    case GgmlType::BF16:
+      k.vec_dot = avx2::vec_dot_bf16;
+      break;
+    case GgmlType::Q8_0:
+      k.vec_dot = avx2::vec_dot_q8_0;
+      break;
+    case GgmlType::Q4_0:
+      k.vec_dot = avx2::vec_dot_q4_0;
+      break;
+    case GgmlType::IQ4_NL:
+      k.vec_dot = avx2::vec_dot_iq4_nl;
+      break;
+    case GgmlType::MXFP4:
+      k.vec_dot = avx2::vec_dot_mxfp4;
+      break;
+    case GgmlType::Q2_K:
+      k.vec_dot = avx2::vec_dot_q2_K;
+      break;
+    case GgmlType::Q3_K:
+      k.vec_dot = avx2::vec_dot_q3_K;
+      break;
+    case GgmlType::Q4_K:
+      k.vec_dot = avx2::vec_dot_q4_K;
+      break;
+    case GgmlType::Q5_K:
+      k.vec_dot = avx2::vec_dot_q5_K;
+      break;
+    case GgmlType::Q6_K:
+      k.vec_dot = avx2::vec_dot_q6_K;
+      break;
+    default:
+      break;
+  }
+  return k;
+}
+
+}  // namespace
+
+DotKernels dot_kernels(GgmlType weight, Isa isa) {
+  return isa == Isa::Avx2 ? avx2_kernels(weight) : scalar_kernels(weight);
+}
+
+void quantize_row_q8_0(const float* x, void* y, int64_t n) {
+  if (active_isa() == Isa::Avx2) return avx2::quantize_row_q8_0(x, y, n);
+  scalar::quantize_row_q8_0(x, y, n);
+}
+
+void quantize_row_q8_K(const float* x, void* y, int64_t n) {
+  if (active_isa() == Isa::Avx2) return avx2::quantize_row_q8_K(x, y, n);
+  scalar::quantize_row_q8_K(x, y, n);
+}
+
+}  // namespace sluice

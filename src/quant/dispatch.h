@@ -1,0 +1,47 @@
+// Runtime choice of dot-product kernels. Each weight type maps to the activation format its dot
+// kernel reads (its "vec-dot type") and to the kernel itself; the AVX2 set is used when the CPU has
+// AVX2 and FMA and SLUICE_NO_SIMD is not set, so one binary runs everywhere and tests can force the
+// scalar reference path.
+#pragma once
+
+#include <cstdint>
+
+#include "quant/kernels.h"
+#include "quant/types.h"
+
+namespace sluice {
+
+enum class Isa { Scalar, Avx2 };
+
+// Whether this CPU can run the AVX2 set (AVX2, FMA and F16C).
+bool cpu_has_avx2();
+// The set a process uses given the CPU and the value of SLUICE_NO_SIMD (null when unset). Any
+// value other than "" and "0" forces scalar.
+Isa select_isa(bool cpu_avx2, const char* no_simd_env);
+// select_isa for this process, decided on first use and fixed afterwards.
+Isa active_isa();
+const char* isa_name(Isa isa);
+
+struct DotKernels {
+  // Format activations must be in: F32, Q8_0 or Q8_K.
+  GgmlType vec_dot_type;
+  // Converts one float activation row into vec_dot_type; null for F32 (used as is).
+  QuantizeRowFn quantize;
+  // Null for types without a dot kernel: callers dequantize the weight row and use f32_dot.
+  VecDotFn vec_dot;
+  // F32 x F32 dot of the same set, for the dequantize fallback.
+  VecDotFn f32_dot;
+};
+
+// Kernels for weights of the given type. Throws sluice::Error for types that hold no real numbers
+// (I8..I64) and for F64.
+DotKernels dot_kernels(GgmlType weight, Isa isa);
+inline DotKernels dot_kernels(GgmlType weight) {
+  return dot_kernels(weight, active_isa());
+}
+
+// Activation quantizers through the active set.
+void quantize_row_q8_0(const float* x, void* y, int64_t n);
+void quantize_row_q8_K(const float* x, void* y, int64_t n);
+
+}  // namespace sluice

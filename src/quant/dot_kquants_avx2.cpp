@@ -1,0 +1,234 @@
+// AVX2+FMA dot kernels for K-quant weights against Q8_K activations; scalar twins live in
+// dot_kquants.cpp. Q4_K..Q6_K dominate decode time (every MoE expert row goes through one of them)
+// and decode is bandwidth bound, so each kernel keeps a super-block to a few dozen instructions.
+//
+// Shared ideas: weights are unpacked to unsigned bytes (< 64) so maddubs can multiply them with
+// the signed activation bytes without saturating; any constant offset (Q6_K's -32, Q3_K's -4) and
+// any per-group minimum (Q2_K, Q4_K, Q5_K) is applied through the activation's 16-value sums
+// instead of per value.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "quant/kernels.h"
+#include "quant/simd_avx2.h"
+
+namespace sluice::avx2 {
+
+using namespace avx2_detail;
+
+namespace {
+
+__m256i load256(const void* p) {
+  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
+}
+
+int hsum_i32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+  return _mm_cvtsi128_si32(s);
+}
+
+// 32 unsigned weight bytes times 32 activation bytes, all weighted by one scale: 8 int32 sums.
+__m256i scaled_dot(__m256i w, const int8_t* q8, int scale) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(w, load256(q8)),
+                           _mm256_set1_epi16(static_cast<int16_t>(scale)));
+}
+
+// As scaled_dot, but the first 16 values take scale s0 and the last 16 take s1.
+__m256i scaled_dot2(__m256i w, const int8_t* q8, int s0, int s1) {
+  const __m256i scales = _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(s1)),
+                                          _mm_set1_epi16(static_cast<int16_t>(s0)));
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(w, load256(q8)), scales);
+}
+
+// sum over the 16 groups of scale[g] * bsums[g]; scales given as 16 int16.
+int bsum_dot(__m256i scales16, const int16_t* bsums) {
+  return hsum_i32(_mm256_madd_epi16(scales16, load256(bsums)));
+}
+
+// Q4_K / Q5_K: the 12 packed bytes into 8 scales and 8 mins (see k_scale_min in blocks.h for the
+// layout), four at a time as 32-bit words.
+void unpack_scale_min(const uint8_t* packed, uint8_t* scales, uint8_t* mins) {
+  uint32_t u[3];
+  std::memcpy(u, packed, sizeof u);
+  const uint32_t s_lo = u[0] & 0x3f3f3f3f;
+  const uint32_t m_lo = u[1] & 0x3f3f3f3f;
+  const uint32_t s_hi = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
+  const uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
+  std::memcpy(scales, &s_lo, 4);
+  std::memcpy(scales + 4, &s_hi, 4);
+  std::memcpy(mins, &m_lo, 4);
+  std::memcpy(mins + 4, &m_hi, 4);
+}
+
+// Q4_K / Q5_K minimum term: sum over sub-blocks j of mins[j] * (bsums[2j] + bsums[2j+1]).
+int min_term(const uint8_t* mins, const int16_t* bsums) {
+  uint64_t m8;
+  std::memcpy(&m8, mins, 8);
+  const __m128i mins16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(m8)));
+  const __m128i pairs =
+      _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bsums)),
+                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(bsums + 8)));
+  __m128i p = _mm_madd_epi16(mins16, pairs);
+  p = _mm_add_epi32(p, _mm_unpackhi_epi64(p, p));
+  p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 1));
+  return _mm_cvtsi128_si32(p);
+}
+
+}  // namespace
+
+float vec_dot_q4_K(int64_t n, const void* w, const void* x) {
+  const auto* a = static_cast<const BlockQ4K*>(w);
+  const auto* b = static_cast<const BlockQ8K*>(x);
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  __m256 acc = _mm256_setzero_ps();
+  float acc_min = 0.0f;
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    alignas(8) uint8_t sc[8], mn[8];
+    unpack_scale_min(a[i].scales, sc, mn);
+    acc_min += b[i].d * fp16_scalar(a[i].dmin) * static_cast<float>(min_term(mn, b[i].bsums));
+    __m256i sumi = _mm256_setzero_si256();
+    for (int c = 0; c < 4; ++c) {
+      const __m256i q = load256(a[i].qs + 32 * c);
+      const __m256i lo = _mm256_and_si256(q, low4);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+      sumi = _mm256_add_epi32(sumi, scaled_dot(lo, b[i].qs + 64 * c, sc[2 * c]));
+      sumi = _mm256_add_epi32(sumi, scaled_dot(hi, b[i].qs + 64 * c + 32, sc[2 * c + 1]));
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(b[i].d * fp16_scalar(a[i].d)), _mm256_cvtepi32_ps(sumi),
+                          acc);
+  }
+  return hsum(acc) - acc_min;
+}
+
+float vec_dot_q5_K(int64_t n, const void* w, const void* x) {
+  const auto* a = static_cast<const BlockQ5K*>(w);
+  const auto* b = static_cast<const BlockQ8K*>(x);
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i one = _mm256_set1_epi8(1);
+  __m256 acc = _mm256_setzero_ps();
+  float acc_min = 0.0f;
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    alignas(8) uint8_t sc[8], mn[8];
+    unpack_scale_min(a[i].scales, sc, mn);
+    acc_min += b[i].d * fp16_scalar(a[i].dmin) * static_cast<float>(min_term(mn, b[i].bsums));
+    const __m256i qh = load256(a[i].qh);
+    __m256i sumi = _mm256_setzero_si256();
+    for (int c = 0; c < 4; ++c) {
+      const __m256i q = load256(a[i].qs + 32 * c);
+      // Bit 2c / 2c+1 of each qh byte, moved to bit 4 (masking to bit 0 first keeps the 16-bit
+      // shifts from leaking bits across bytes).
+      const __m256i h_lo =
+          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4);
+      const __m256i h_hi =
+          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4);
+      const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, low4), h_lo);
+      const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), low4), h_hi);
+      sumi = _mm256_add_epi32(sumi, scaled_dot(lo, b[i].qs + 64 * c, sc[2 * c]));
+      sumi = _mm256_add_epi32(sumi, scaled_dot(hi, b[i].qs + 64 * c + 32, sc[2 * c + 1]));
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(b[i].d * fp16_scalar(a[i].d)), _mm256_cvtepi32_ps(sumi),
+                          acc);
+  }
+  return hsum(acc) - acc_min;
+}
+
+float vec_dot_q6_K(int64_t n, const void* w, const void* x) {
+  const auto* a = static_cast<const BlockQ6K*>(w);
+  const auto* b = static_cast<const BlockQ8K*>(x);
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i low2 = _mm256_set1_epi8(0x03);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    const int8_t* sc = a[i].scales;
+    const __m256i sc16 =
+        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc)));
+    // Values are stored +32; subtract 32 * scale * group sum once per super-block.
+    __m256i sumi = _mm256_setr_epi32(-32 * bsum_dot(sc16, b[i].bsums), 0, 0, 0, 0, 0, 0, 0);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i ql0 = load256(a[i].ql + 64 * h);
+      const __m256i ql1 = load256(a[i].ql + 64 * h + 32);
+      const __m256i qh = load256(a[i].qh + 32 * h);
+      const __m256i q[4] = {
+          _mm256_or_si256(_mm256_and_si256(ql0, low4),
+                          _mm256_slli_epi16(_mm256_and_si256(qh, low2), 4)),
+          _mm256_or_si256(_mm256_and_si256(ql1, low4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), low2), 4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), low2), 4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), low2), 4)),
+      };
+      const int8_t* q8 = b[i].qs + 128 * h;
+      const int8_t* s = sc + 8 * h;
+      for (int k = 0; k < 4; ++k) {
+        sumi = _mm256_add_epi32(sumi, scaled_dot2(q[k], q8 + 32 * k, s[2 * k], s[2 * k + 1]));
+      }
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(b[i].d * fp16_scalar(a[i].d)), _mm256_cvtepi32_ps(sumi),
+                          acc);
+  }
+  return hsum(acc);
+}
+
+float vec_dot_q2_K(int64_t n, const void* w, const void* x) {
+  const auto* a = static_cast<const BlockQ2K*>(w);
+  const auto* b = static_cast<const BlockQ8K*>(x);
+  const __m256i low2 = _mm256_set1_epi8(0x03);
+  __m256 acc = _mm256_setzero_ps();
+  float acc_min = 0.0f;
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a[i].scales));
+    const __m256i mins16 =
+        _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0F)));
+    acc_min += b[i].d * fp16_scalar(a[i].dmin) * static_cast<float>(bsum_dot(mins16, b[i].bsums));
+    const uint8_t* sc = a[i].scales;
+    __m256i sumi = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      const __m256i q = load256(a[i].qs + 32 * h);
+      const int8_t* q8 = b[i].qs + 128 * h;
+      for (int p = 0; p < 4; ++p) {
+        const __m256i v = _mm256_and_si256(_mm256_srli_epi16(q, 2 * p), low2);
+        const int g = 8 * h + 2 * p;
+        sumi = _mm256_add_epi32(sumi, scaled_dot2(v, q8 + 32 * p, sc[g] & 0xF, sc[g + 1] & 0xF));
+      }
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(b[i].d * fp16_scalar(a[i].d)), _mm256_cvtepi32_ps(sumi),
+                          acc);
+  }
+  return hsum(acc) - acc_min;
+}
+
+float vec_dot_q3_K(int64_t n, const void* w, const void* x) {
+  const auto* a = static_cast<const BlockQ3K*>(w);
+  const auto* b = static_cast<const BlockQ8K*>(x);
+  const __m256i low2 = _mm256_set1_epi8(0x03);
+  const __m256i one = _mm256_set1_epi8(1);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    alignas(16) int8_t sc[16];
+    q3k_scales(a[i].scales, sc);
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(sc)));
+    // Values are computed as q + 4 * hbit (0..7); the -4 offset goes through the group sums.
+    __m256i sumi = _mm256_setr_epi32(-4 * bsum_dot(sc16, b[i].bsums), 0, 0, 0, 0, 0, 0, 0);
+    const __m256i hm = load256(a[i].hmask);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i q = load256(a[i].qs + 32 * h);
+      const int8_t* q8 = b[i].qs + 128 * h;
+      for (int p = 0; p < 4; ++p) {
+        const __m256i hbit = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + p), one);
+        const __m256i v = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 2 * p), low2),
+                                          _mm256_slli_epi16(hbit, 2));
+        const int g = 8 * h + 2 * p;
+        sumi = _mm256_add_epi32(sumi, scaled_dot2(v, q8 + 32 * p, sc[g], sc[g + 1]));
+      }
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(b[i].d * fp16_scalar(a[i].d)), _mm256_cvtepi32_ps(sumi),
+                          acc);
+  }
+  return hsum(acc);
+}
+
+}  // namespace sluice::avx2

@@ -1,0 +1,68 @@
+// Raw dot-product and activation-quantization kernels, one set per instruction set. Callers go
+// through quant/dispatch.h, which picks a set at runtime; the sets are declared side by side so
+// that tests can run a SIMD kernel and its scalar twin on the same input.
+//
+// vec_dot_T(n, w, x): dot product of n values of one weight row of block type T with one activation
+// row already converted to T's vec-dot type (F32 for float weights, BlockQ8_0 for 32-value types,
+// BlockQ8K for 256-value types, whose 16-value sums let K-quant kernels apply per-group minimums
+// without revisiting the 8-bit values). n is a multiple of the block size; rows need no alignment.
+#pragma once
+
+#include <cstdint>
+
+#include "quant/blocks.h"
+
+namespace sluice {
+
+using VecDotFn = float (*)(int64_t n, const void* w, const void* x);
+using QuantizeRowFn = void (*)(const float* x, void* y, int64_t n);
+
+// Activation quantizers zero blocks whose largest magnitude is below this (see act_quant.cpp).
+inline constexpr float kMinActivationAmax = 1e-30f;
+
+namespace scalar {
+void quantize_row_q8_0(const float* x, void* y, int64_t n);
+void quantize_row_q8_K(const float* x, void* y, int64_t n);
+
+float vec_dot_f32(int64_t n, const void* w, const void* x);
+float vec_dot_f16(int64_t n, const void* w, const void* x);
+float vec_dot_bf16(int64_t n, const void* w, const void* x);
+
+float vec_dot_q8_0(int64_t n, const void* w, const void* x);
+float vec_dot_q4_0(int64_t n, const void* w, const void* x);
+float vec_dot_q4_1(int64_t n, const void* w, const void* x);
+float vec_dot_q5_0(int64_t n, const void* w, const void* x);
+float vec_dot_q5_1(int64_t n, const void* w, const void* x);
+float vec_dot_iq4_nl(int64_t n, const void* w, const void* x);
+float vec_dot_mxfp4(int64_t n, const void* w, const void* x);
+
+float vec_dot_q2_K(int64_t n, const void* w, const void* x);
+float vec_dot_q3_K(int64_t n, const void* w, const void* x);
+float vec_dot_q4_K(int64_t n, const void* w, const void* x);
+float vec_dot_q5_K(int64_t n, const void* w, const void* x);
+float vec_dot_q6_K(int64_t n, const void* w, const void* x);
+float vec_dot_iq4_xs(int64_t n, const void* w, const void* x);
+}  // namespace scalar
+
+// Compiled with -mavx2 -mfma -mf16c; only reachable after dispatch has checked the CPU.
+namespace avx2 {
+void quantize_row_q8_0(const float* x, void* y, int64_t n);
+void quantize_row_q8_K(const float* x, void* y, int64_t n);
+
+float vec_dot_f32(int64_t n, const void* w, const void* x);
+float vec_dot_f16(int64_t n, const void* w, const void* x);
+float vec_dot_bf16(int64_t n, const void* w, const void* x);
+
+float vec_dot_q8_0(int64_t n, const void* w, const void* x);
+float vec_dot_q4_0(int64_t n, const void* w, const void* x);
+float vec_dot_mxfp4(int64_t n, const void* w, const void* x);
+float vec_dot_iq4_nl(int64_t n, const void* w, const void* x);
+
+float vec_dot_q2_K(int64_t n, const void* w, const void* x);
+float vec_dot_q3_K(int64_t n, const void* w, const void* x);
+float vec_dot_q4_K(int64_t n, const void* w, const void* x);
+float vec_dot_q5_K(int64_t n, const void* w, const void* x);
+float vec_dot_q6_K(int64_t n, const void* w, const void* x);
+}  // namespace avx2
+
+}  // namespace sluice

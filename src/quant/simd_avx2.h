@@ -1,0 +1,44 @@
+// Small AVX2 building blocks shared by the *_avx2.cpp kernel files. Only include from translation
+// units compiled with -mavx2 -mfma -mf16c: the inline functions use those instructions directly.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace sluice::avx2_detail {
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline float fp16_scalar(uint16_t h) {
+  return _cvtsh_ss(h);
+}
+
+// Sum of products of 32 signed bytes, as 8 int32 partial sums. maddubs needs an unsigned left
+// operand, so the sign of a moves onto b; |a| <= 128 and |b| <= 127 keep each 16-bit pair sum
+// within 2 * 128 * 127, below the saturation point.
+inline __m256i dot_i8(__m256i a, __m256i b) {
+  const __m256i prod = _mm256_maddubs_epi16(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
+  return _mm256_madd_epi16(prod, _mm256_set1_epi16(1));
+}
+
+// Products of 32 unsigned bytes a (each < 64, so pair sums cannot saturate) with 32 signed bytes
+// b, as 16 int16 pair sums.
+inline __m256i dot_u8_i16(__m256i a, __m256i b) {
+  return _mm256_maddubs_epi16(a, b);
+}
+
+// 16 packed bytes into 32: low nibbles in the low 128 bits, high nibbles in the high 128 bits,
+// which is the value order of every 32-value 4-bit block (byte j holds values j and j + 16).
+inline __m256i unpack_nibbles_128(const uint8_t* p) {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m256i both = _mm256_set_m128i(_mm_srli_epi16(b, 4), b);
+  return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+}
+
+}  // namespace sluice::avx2_detail

@@ -1,0 +1,261 @@
+// Dot kernels and activation quantizers: every kernel against dequantize_row + a double-precision
+// dot with the same quantized activations (tight: only float rounding may differ), against the
+// unquantized activations (bounded by the activation grid step), and every AVX2 kernel against its
+// scalar twin. AVX2 cases are skipped on CPUs without AVX2/FMA/F16C.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "kernel_test_util.h"
+#include "quant/dispatch.h"
+#include "quant/kernels.h"
+
+using namespace sluice;
+using namespace sluice::test;
+
+namespace {
+
+const GgmlType kDotTypes[] = {
+    GgmlType::F32,    GgmlType::F16,   GgmlType::BF16, GgmlType::Q8_0,
+    GgmlType::Q4_0,   GgmlType::Q4_1,  GgmlType::Q5_0, GgmlType::Q5_1,
+    GgmlType::IQ4_NL, GgmlType::MXFP4, GgmlType::Q2_K, GgmlType::Q3_K,
+    GgmlType::Q4_K,   GgmlType::Q5_K,  GgmlType::Q6_K, GgmlType::IQ4_XS,
+};
+
+std::vector<Isa> isas() {
+  std::vector<Isa> v{Isa::Scalar};
+  if (cpu_has_avx2()) v.push_back(Isa::Avx2);
+  return v;
+}
+
+// Activations in the vec-dot format of kernels k: bytes for the kernel and their float values.
+struct Activations {
+  std::vector<uint8_t> bytes;
+  std::vector<float> values;
+};
+Activations convert(const DotKernels& k, const std::vector<float>& x) {
+  const int64_t n = static_cast<int64_t>(x.size());
+  Activations a;
+  if (!k.quantize) {
+    a.bytes.resize(x.size() * sizeof(float));
+    std::memcpy(a.bytes.data(), x.data(), a.bytes.size());
+    a.values = x;
+    return a;
+  }
+  a.bytes.resize(row_bytes(k.vec_dot_type, static_cast<uint64_t>(n)));
+  k.quantize(x.data(), a.bytes.data(), n);
+  a.values = dequantized(k.vec_dot_type, a.bytes.data(), n);
+  return a;
+}
+
+// Row lengths to try: one block, a few blocks, and a typical hidden size; float types also get an
+// odd length so the vector kernels' tails run.
+std::vector<int64_t> lengths(GgmlType t) {
+  const int64_t b = type_traits(t).block_elems;
+  if (b == 1) return {1, 7, 37, 1037, 2048};
+  return {b, 3 * b, 2048};
+}
+
+std::string label(GgmlType t, Isa isa, int64_t n) {
+  return std::string(type_name(t)) + "/" + isa_name(isa) + "/n=" + std::to_string(n);
+}
+
+}  // namespace
+
+class VecDot : public ::testing::TestWithParam<GgmlType> {};
+
+TEST_P(VecDot, MatchesDequantizedReference) {
+  const GgmlType t = GetParam();
+  std::mt19937 rng(1234 + static_cast<int>(t));
+  for (Isa isa : isas()) {
+    const DotKernels k = dot_kernels(t, isa);
+    ASSERT_NE(k.vec_dot, nullptr) << type_name(t) << " should have a dot kernel";
+    for (int64_t n : lengths(t)) {
+      for (int rep = 0; rep < 4; ++rep) {
+        const auto w = random_row(t, n, rng);
+        const auto x = random_activations(n, rng);
+        const Activations a = convert(k, x);
+        const auto wf = dequantized(t, w.data(), n);
+        const RefDot ref = ref_dot(wf.data(), a.values.data(), n);
+        const float got = k.vec_dot(n, w.data(), a.bytes.data());
+        EXPECT_NEAR(got, ref.value, float_tolerance(ref, n / type_traits(t).block_elems))
+            << label(t, isa, n) << " rep " << rep;
+      }
+    }
+  }
+}
+
+// The activation grid step bounds the error: |x - q * d| <= d / 2 (plus the rounding of d to
+// half precision for Q8_0), so |dot error| <= sum |w_i| * 0.6 * d(block of i).
+TEST_P(VecDot, CloseToUnquantizedActivations) {
+  const GgmlType t = GetParam();
+  std::mt19937 rng(99 + static_cast<int>(t));
+  const int64_t n = 2048;
+  for (Isa isa : isas()) {
+    const DotKernels k = dot_kernels(t, isa);
+    const auto w = random_row(t, n, rng);
+    const auto x = random_activations(n, rng);
+    const Activations a = convert(k, x);
+    const auto wf = dequantized(t, w.data(), n);
+    const RefDot exact = ref_dot(wf.data(), x.data(), n);
+    double bound = float_tolerance(exact, n / type_traits(t).block_elems);
+    if (k.quantize) {
+      // The per-value step is recovered from the dequantized activations' own block maximum.
+      const int64_t blk = type_traits(k.vec_dot_type).block_elems;
+      for (int64_t b = 0; b < n / blk; ++b) {
+        float amax = 0;
+        for (int64_t i = b * blk; i < (b + 1) * blk; ++i) amax = std::max(amax, std::fabs(x[i]));
+        for (int64_t i = b * blk; i < (b + 1) * blk; ++i)
+          bound += std::fabs(wf[i]) * 0.6 * amax / 127.0;
+      }
+    }
+    const float got = k.vec_dot(n, w.data(), a.bytes.data());
+    EXPECT_NEAR(got, exact.value, bound) << label(t, isa, n);
+    if (!k.quantize) {
+      EXPECT_NEAR(got, exact.value, 1e-4 * exact.abs_sum) << label(t, isa, n);
+    }
+  }
+}
+
+TEST_P(VecDot, SimdMatchesScalar) {
+  const GgmlType t = GetParam();
+  if (!cpu_has_avx2()) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
+  const DotKernels s = dot_kernels(t, Isa::Scalar);
+  const DotKernels v = dot_kernels(t, Isa::Avx2);
+  std::mt19937 rng(7 + static_cast<int>(t));
+  for (int64_t n : lengths(t)) {
+    for (int rep = 0; rep < 8; ++rep) {
+      const auto w = random_row(t, n, rng);
+      const Activations a = convert(s, random_activations(n, rng));
+      const auto wf = dequantized(t, w.data(), n);
+      const RefDot ref = ref_dot(wf.data(), a.values.data(), n);
+      const float want = s.vec_dot(n, w.data(), a.bytes.data());
+      const float got = v.vec_dot(n, w.data(), a.bytes.data());
+      EXPECT_NEAR(got, want, 2 * float_tolerance(ref, n / type_traits(t).block_elems))
+          << label(t, Isa::Avx2, n) << " rep " << rep;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, VecDot, ::testing::ValuesIn(kDotTypes),
+                         [](const auto& info) { return std::string(type_name(info.param)); });
+
+TEST(VecDot, AvxSetCoversTheHotTypes) {
+  if (!cpu_has_avx2()) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
+  for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,
+                     GgmlType::IQ4_NL, GgmlType::MXFP4, GgmlType::Q2_K, GgmlType::Q3_K,
+                     GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+    EXPECT_NE(dot_kernels(t, Isa::Avx2).vec_dot, dot_kernels(t, Isa::Scalar).vec_dot)
+        << type_name(t);
+  }
+}
+
+TEST(VecDot, FallbackTypesHaveNoKernelAndIntegersAreRejected) {
+  for (GgmlType t : {GgmlType::IQ2_XXS, GgmlType::IQ3_S, GgmlType::IQ1_M, GgmlType::TQ2_0}) {
+    const DotKernels k = dot_kernels(t, Isa::Scalar);
+    EXPECT_EQ(k.vec_dot, nullptr) << type_name(t);
+    EXPECT_EQ(k.vec_dot_type, GgmlType::F32) << type_name(t);
+    EXPECT_NE(k.f32_dot, nullptr) << type_name(t);
+  }
+  EXPECT_THROW(dot_kernels(GgmlType::I32, Isa::Scalar), Error);
+  EXPECT_THROW(dot_kernels(GgmlType::I8, Isa::Avx2), Error);
+}
+
+// Rows that exercise the rounding corner cases: all zero, exact integers, exact .5 ties (which
+// must round to even in both sets), a single huge outlier and denormal-sized values.
+std::vector<std::vector<float>> quantize_cases(int64_t n) {
+  std::vector<std::vector<float>> rows;
+  rows.emplace_back(n, 0.0f);
+  std::vector<float> ints(n), ties(n), outlier(n, 0.001f), tiny(n);
+  for (int64_t i = 0; i < n; ++i) {
+    ints[i] = static_cast<float>(static_cast<int>(i % 255) - 127);
+    ties[i] = i % 32 == 0 ? 127.0f : static_cast<float>(static_cast<int>(i % 200) - 100) + 0.5f;
+    tiny[i] = (i % 3 - 1) * 1e-39f;
+  }
+  outlier[n / 2] = -1e4f;
+  rows.push_back(ints);
+  rows.push_back(ties);
+  rows.push_back(outlier);
+  rows.push_back(tiny);
+  std::mt19937 rng(5);
+  for (int r = 0; r < 4; ++r) rows.push_back(random_activations(n, rng));
+  return rows;
+}
+
+TEST(ActivationQuant, Q8_0StepBoundAndSimdBytesEqual) {
+  const int64_t n = 512;
+  for (const auto& x : quantize_cases(n)) {
+    std::vector<BlockQ8_0> s(n / kQK), v(n / kQK);
+    scalar::quantize_row_q8_0(x.data(), s.data(), n);
+    const auto back = dequantized(GgmlType::Q8_0, s.data(), n);
+    for (int64_t b = 0; b < n / kQK; ++b) {
+      float amax = 0;
+      for (int i = 0; i < kQK; ++i) amax = std::max(amax, std::fabs(x[b * kQK + i]));
+      // Below the smallest normal half the stored scale underflows and the block reads as zero.
+      const float bound = amax / 127.0f >= 0x1p-14f ? 0.6f * amax / 127.0f : amax;
+      for (int i = 0; i < kQK; ++i) {
+        ASSERT_LE(std::fabs(back[b * kQK + i] - x[b * kQK + i]), bound)
+            << "block " << b << " value " << i;
+      }
+    }
+    if (cpu_has_avx2()) {
+      avx2::quantize_row_q8_0(x.data(), v.data(), n);
+      EXPECT_EQ(0, std::memcmp(s.data(), v.data(), sizeof(BlockQ8_0) * s.size()));
+    }
+  }
+}
+
+TEST(ActivationQuant, Q8_KStepBoundSumsAndSimdBytesEqual) {
+  const int64_t n = 1024;
+  for (const auto& x : quantize_cases(n)) {
+    std::vector<BlockQ8K> s(n / kQKK), v(n / kQKK);
+    scalar::quantize_row_q8_K(x.data(), s.data(), n);
+    for (int64_t b = 0; b < n / kQKK; ++b) {
+      for (int g = 0; g < 16; ++g) {
+        int sum = 0;
+        for (int i = 0; i < 16; ++i) sum += s[b].qs[16 * g + i];
+        ASSERT_EQ(sum, s[b].bsums[g]) << "block " << b << " group " << g;
+      }
+      for (int i = 0; i < kQKK; ++i) {
+        const float err = std::fabs(s[b].d * s[b].qs[i] - x[b * kQKK + i]);
+        // Blocks below kMinActivationAmax are zeroed, so their error is the value itself.
+        ASSERT_LE(err, std::max(0.5001f * s[b].d, 1e-30f)) << "block " << b << " value " << i;
+      }
+    }
+    if (cpu_has_avx2()) {
+      avx2::quantize_row_q8_K(x.data(), v.data(), n);
+      EXPECT_EQ(0, std::memcmp(s.data(), v.data(), sizeof(BlockQ8K) * s.size()));
+    }
+  }
+}
+
+TEST(ActivationQuant, TiesRoundToEven) {
+  // amax 127 makes the scale exactly 1, so 2.5 and -3.5 are exact ties.
+  std::vector<float> x(kQK, 0.0f);
+  x[0] = 127.0f;
+  x[1] = 2.5f;
+  x[2] = -3.5f;
+  BlockQ8_0 b;
+  scalar::quantize_row_q8_0(x.data(), &b, kQK);
+  EXPECT_EQ(b.qs[0], 127);
+  EXPECT_EQ(b.qs[1], 2);
+  EXPECT_EQ(b.qs[2], -4);
+}
+
+TEST(Dispatch, SluiceNoSimdForcesScalar) {
+  EXPECT_EQ(select_isa(true, nullptr), Isa::Avx2);
+  EXPECT_EQ(select_isa(true, ""), Isa::Avx2);
+  EXPECT_EQ(select_isa(true, "0"), Isa::Avx2);
+  EXPECT_EQ(select_isa(true, "1"), Isa::Scalar);
+  EXPECT_EQ(select_isa(true, "yes"), Isa::Scalar);
+  EXPECT_EQ(select_isa(false, nullptr), Isa::Scalar);
+  // The process-wide choice follows the same rule for this run's environment, so running the
+  // suite with SLUICE_NO_SIMD=1 sends every matmul test through the scalar kernels.
+  EXPECT_EQ(active_isa(), select_isa(cpu_has_avx2(), std::getenv("SLUICE_NO_SIMD")));
+}
