@@ -30,13 +30,8 @@ int hsum_i32(__m256i v) {
   return _mm_cvtsi128_si32(s);
 }
 
-// 32 unsigned weight bytes times 32 activation bytes, all weighted by one scale: 8 int32 sums.
-__m256i scaled_dot(__m256i w, const int8_t* q8, int scale) {
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(w, load256(q8)),
-                           _mm256_set1_epi16(static_cast<int16_t>(scale)));
-}
-
-// As scaled_dot, but the first 16 values take scale s0 and the last 16 take s1.
+// 32 unsigned weight bytes times 32 activation bytes; the first 16 products are weighted by s0,
+// the last 16 by s1: 8 int32 sums.
 __m256i scaled_dot2(__m256i w, const int8_t* q8, int s0, int s1) {
   const __m256i scales = _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(s1)),
                                           _mm_set1_epi16(static_cast<int16_t>(s0)));
@@ -48,33 +43,35 @@ int bsum_dot(__m256i scales16, const int16_t* bsums) {
   return hsum_i32(_mm256_madd_epi16(scales16, load256(bsums)));
 }
 
-// Q4_K / Q5_K: the 12 packed bytes into 8 scales and 8 mins (see k_scale_min in blocks.h for the
-// layout), four at a time as 32-bit words.
-void unpack_scale_min(const uint8_t* packed, uint8_t* scales, uint8_t* mins) {
+// Q4_K / Q5_K scales and mins (see k_scale_min in blocks.h for the packing) as 16-bit vectors:
+// the 8 scales in both 128-bit halves, ready for per-sub-block broadcast, and the 8 mins each
+// repeated twice so that one madd against the 16 activation group sums yields the min term.
+struct ScaleMin {
+  __m256i scales;
+  __m256i mins;
+};
+ScaleMin unpack_scale_min(const uint8_t* packed) {
   uint32_t u[3];
   std::memcpy(u, packed, sizeof u);
   const uint32_t s_lo = u[0] & 0x3f3f3f3f;
   const uint32_t m_lo = u[1] & 0x3f3f3f3f;
   const uint32_t s_hi = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
   const uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
-  std::memcpy(scales, &s_lo, 4);
-  std::memcpy(scales + 4, &s_hi, 4);
-  std::memcpy(mins, &m_lo, 4);
-  std::memcpy(mins + 4, &m_hi, 4);
+  const __m128i s8 = _mm_set_epi32(0, 0, static_cast<int>(s_hi), static_cast<int>(s_lo));
+  const __m128i m8 = _mm_set_epi32(0, 0, static_cast<int>(m_hi), static_cast<int>(m_lo));
+  return {_mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(s8)),
+          _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8))};
 }
 
-// Q4_K / Q5_K minimum term: sum over sub-blocks j of mins[j] * (bsums[2j] + bsums[2j+1]).
-int min_term(const uint8_t* mins, const int16_t* bsums) {
-  uint64_t m8;
-  std::memcpy(&m8, mins, 8);
-  const __m128i mins16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(m8)));
-  const __m128i pairs =
-      _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bsums)),
-                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(bsums + 8)));
-  __m128i p = _mm_madd_epi16(mins16, pairs);
-  p = _mm_add_epi32(p, _mm_unpackhi_epi64(p, p));
-  p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 1));
-  return _mm_cvtsi128_si32(p);
+// 16-bit element j (0..7) of each 128-bit half, broadcast across that half.
+__m256i broadcast16(__m256i v, int j) {
+  return _mm256_shuffle_epi8(v,
+                             _mm256_set1_epi16(static_cast<int16_t>(((2 * j + 1) << 8) | (2 * j))));
+}
+
+// 32 unsigned weight bytes times 32 activation bytes, weighted by 16-bit scales: 8 int32 sums.
+__m256i scaled_dot_v(__m256i w, const int8_t* q8, __m256i scale16) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(w, load256(q8)), scale16);
 }
 
 }  // namespace
@@ -84,23 +81,26 @@ float vec_dot_q4_K(int64_t n, const void* w, const void* x) {
   const auto* b = static_cast<const BlockQ8K*>(x);
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   __m256 acc = _mm256_setzero_ps();
-  float acc_min = 0.0f;
+  __m256 acc_min = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / kQKK; ++i) {
-    alignas(8) uint8_t sc[8], mn[8];
-    unpack_scale_min(a[i].scales, sc, mn);
-    acc_min += b[i].d * fp16_scalar(a[i].dmin) * static_cast<float>(min_term(mn, b[i].bsums));
+    const ScaleMin sm = unpack_scale_min(a[i].scales);
+    const __m256i min_prod = _mm256_madd_epi16(sm.mins, load256(b[i].bsums));
+    acc_min = _mm256_fmadd_ps(_mm256_set1_ps(b[i].d * fp16_scalar(a[i].dmin)),
+                              _mm256_cvtepi32_ps(min_prod), acc_min);
     __m256i sumi = _mm256_setzero_si256();
     for (int c = 0; c < 4; ++c) {
       const __m256i q = load256(a[i].qs + 32 * c);
       const __m256i lo = _mm256_and_si256(q, low4);
       const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
-      sumi = _mm256_add_epi32(sumi, scaled_dot(lo, b[i].qs + 64 * c, sc[2 * c]));
-      sumi = _mm256_add_epi32(sumi, scaled_dot(hi, b[i].qs + 64 * c + 32, sc[2 * c + 1]));
+      sumi =
+          _mm256_add_epi32(sumi, scaled_dot_v(lo, b[i].qs + 64 * c, broadcast16(sm.scales, 2 * c)));
+      sumi = _mm256_add_epi32(
+          sumi, scaled_dot_v(hi, b[i].qs + 64 * c + 32, broadcast16(sm.scales, 2 * c + 1)));
     }
     acc = _mm256_fmadd_ps(_mm256_set1_ps(b[i].d * fp16_scalar(a[i].d)), _mm256_cvtepi32_ps(sumi),
                           acc);
   }
-  return hsum(acc) - acc_min;
+  return hsum(acc) - hsum(acc_min);
 }
 
 float vec_dot_q5_K(int64_t n, const void* w, const void* x) {
@@ -109,11 +109,12 @@ float vec_dot_q5_K(int64_t n, const void* w, const void* x) {
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   const __m256i one = _mm256_set1_epi8(1);
   __m256 acc = _mm256_setzero_ps();
-  float acc_min = 0.0f;
+  __m256 acc_min = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / kQKK; ++i) {
-    alignas(8) uint8_t sc[8], mn[8];
-    unpack_scale_min(a[i].scales, sc, mn);
-    acc_min += b[i].d * fp16_scalar(a[i].dmin) * static_cast<float>(min_term(mn, b[i].bsums));
+    const ScaleMin sm = unpack_scale_min(a[i].scales);
+    const __m256i min_prod = _mm256_madd_epi16(sm.mins, load256(b[i].bsums));
+    acc_min = _mm256_fmadd_ps(_mm256_set1_ps(b[i].d * fp16_scalar(a[i].dmin)),
+                              _mm256_cvtepi32_ps(min_prod), acc_min);
     const __m256i qh = load256(a[i].qh);
     __m256i sumi = _mm256_setzero_si256();
     for (int c = 0; c < 4; ++c) {
@@ -126,13 +127,15 @@ float vec_dot_q5_K(int64_t n, const void* w, const void* x) {
           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4);
       const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, low4), h_lo);
       const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), low4), h_hi);
-      sumi = _mm256_add_epi32(sumi, scaled_dot(lo, b[i].qs + 64 * c, sc[2 * c]));
-      sumi = _mm256_add_epi32(sumi, scaled_dot(hi, b[i].qs + 64 * c + 32, sc[2 * c + 1]));
+      sumi =
+          _mm256_add_epi32(sumi, scaled_dot_v(lo, b[i].qs + 64 * c, broadcast16(sm.scales, 2 * c)));
+      sumi = _mm256_add_epi32(
+          sumi, scaled_dot_v(hi, b[i].qs + 64 * c + 32, broadcast16(sm.scales, 2 * c + 1)));
     }
     acc = _mm256_fmadd_ps(_mm256_set1_ps(b[i].d * fp16_scalar(a[i].d)), _mm256_cvtepi32_ps(sumi),
                           acc);
   }
-  return hsum(acc) - acc_min;
+  return hsum(acc) - hsum(acc_min);
 }
 
 float vec_dot_q6_K(int64_t n, const void* w, const void* x) {
