@@ -5,6 +5,7 @@
 //   Matmul   the op on the pool, 1 token (decode) and 64 tokens (prefill / expert batch); the
 //            matrix (0.84 MiB) stays in cache between iterations.
 //   Cold     the op with 1 token over 256 MiB of distinct matrices, so weights come from DRAM.
+//   Types    VecDot for the other types with AVX2 kernels (same shape), for comparison.
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
@@ -41,6 +42,36 @@ void fill_q4k(std::byte* p, uint64_t n_blocks, std::mt19937& rng) {
     blk->d = fp32_to_fp16(scale(rng));
     blk->dmin = fp32_to_fp16(scale(rng));
   }
+}
+
+// The other benchmarked types: random bits, then their half scales (byte offsets within the
+// block) overwritten with sane values; MXFP4's exponent byte is set to a mid-range power of two.
+struct TypeCase {
+  GgmlType type;
+  std::vector<int> half_scale_offsets;
+};
+const TypeCase kTypeCases[] = {
+    {GgmlType::Q8_0, {0}},      {GgmlType::Q4_0, {0}},   {GgmlType::MXFP4, {}},
+    {GgmlType::Q2_K, {80, 82}}, {GgmlType::Q3_K, {108}}, {GgmlType::Q5_K, {0, 2}},
+    {GgmlType::Q6_K, {208}},
+};
+
+AlignedBuffer random_matrix(const TypeCase& tc, std::mt19937& rng) {
+  const TypeTraits& tt = type_traits(tc.type);
+  const uint64_t bytes = row_bytes(tc.type, kIn) * kOut;
+  AlignedBuffer b(bytes);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(0.002f, 0.02f);
+  for (uint64_t i = 0; i < bytes; ++i) b.data()[i] = static_cast<std::byte>(byte(rng));
+  for (uint64_t blk = 0; blk < bytes / tt.block_bytes; ++blk) {
+    std::byte* p = b.data() + blk * tt.block_bytes;
+    if (tc.type == GgmlType::MXFP4) p[0] = static_cast<std::byte>(120);
+    for (int off : tc.half_scale_offsets) {
+      const uint16_t h = fp32_to_fp16(scale(rng));
+      std::memcpy(p + off, &h, 2);
+    }
+  }
+  return b;
 }
 
 const AlignedBuffer& hot_matrix() {
@@ -130,11 +161,31 @@ void BM_Cold(benchmark::State& st) {
   set_rate(st, kMatBytes);
 }
 
+void BM_Types(benchmark::State& st) {
+  if (skip_unsupported(st)) return;
+  const TypeCase& tc = kTypeCases[st.range(1)];
+  st.SetLabel(std::string(type_name(tc.type)));
+  std::mt19937 rng(4);
+  const AlignedBuffer m = random_matrix(tc, rng);
+  const uint64_t rb = row_bytes(tc.type, kIn);
+  const DotKernels k = dot_kernels(tc.type, isa_arg(st));
+  const auto x = activations(1);
+  std::vector<std::byte> xq(row_bytes(k.vec_dot_type, kIn));
+  k.quantize(x.data(), xq.data(), kIn);
+  for (auto _ : st) {
+    float sum = 0;
+    for (int64_t r = 0; r < kOut; ++r) sum += k.vec_dot(kIn, m.data() + r * rb, xq.data());
+    benchmark::DoNotOptimize(sum);
+  }
+  set_rate(st, rb * kOut);
+}
+
 BENCHMARK(BM_VecDot)->ArgNames({"avx2"})->Arg(0)->Arg(1);
 BENCHMARK(BM_Matmul)
     ->ArgNames({"avx2", "tokens", "threads"})
     ->ArgsProduct({{0, 1}, {1, 64}, {1, 2}})
     ->UseRealTime();
+BENCHMARK(BM_Types)->ArgNames({"avx2", "type"})->ArgsProduct({{0, 1}, {0, 1, 2, 3, 4, 5, 6}});
 BENCHMARK(BM_Cold)
     ->ArgNames({"avx2", "tokens", "threads"})
     ->ArgsProduct({{0, 1}, {1}, {1, 2}})

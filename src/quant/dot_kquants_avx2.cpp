@@ -74,6 +74,19 @@ __m256i scaled_dot_v(__m256i w, const int8_t* q8, __m256i scale16) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(w, load256(q8)), scale16);
 }
 
+// Q3_K: the sixteen 6-bit scales (see q3k_scales in blocks.h), four per 32-bit word, minus 32.
+__m128i unpack_q3k_scales(const uint8_t* packed) {
+  uint32_t u[3];
+  std::memcpy(u, packed, sizeof u);
+  const uint32_t m4 = 0x0f0f0f0f, m2 = 0x03030303;
+  const __m128i s =
+      _mm_setr_epi32(static_cast<int>((u[0] & m4) | ((u[2] & m2) << 4)),
+                     static_cast<int>((u[1] & m4) | (((u[2] >> 2) & m2) << 4)),
+                     static_cast<int>(((u[0] >> 4) & m4) | (((u[2] >> 4) & m2) << 4)),
+                     static_cast<int>(((u[1] >> 4) & m4) | (((u[2] >> 6) & m2) << 4)));
+  return _mm_sub_epi8(s, _mm_set1_epi8(32));
+}
+
 }  // namespace
 
 float vec_dot_q4_K(int64_t n, const void* w, const void* x) {
@@ -212,8 +225,9 @@ float vec_dot_q3_K(int64_t n, const void* w, const void* x) {
   __m256 acc = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / kQKK; ++i) {
     alignas(16) int8_t sc[16];
-    q3k_scales(a[i].scales, sc);
-    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(sc)));
+    const __m128i sc8 = unpack_q3k_scales(a[i].scales);
+    _mm_store_si128(reinterpret_cast<__m128i*>(sc), sc8);
+    const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
     // Values are computed as q + 4 * hbit (0..7); the -4 offset goes through the group sums.
     __m256i sumi = _mm256_setr_epi32(-4 * bsum_dot(sc16, b[i].bsums), 0, 0, 0, 0, 0, 0, 0);
     const __m256i hm = load256(a[i].hmask);
