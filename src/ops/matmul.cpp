@@ -75,7 +75,15 @@ void run_range(const Job& job, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
     for (int64_t r = r0; r < r1; ++r) {
       const std::byte* wrow = w.data + static_cast<uint64_t>(r) * w.row_stride;
       float* yr = job.y + r;
-      if (job.k.vec_dot) {
+      if (job.k.vec_dot_multi) {
+        for (int64_t t = tt; t < te; t += kMaxDotRows) {
+          const int n_x = static_cast<int>(std::min<int64_t>(kMaxDotRows, te - t));
+          float out[kMaxDotRows];
+          job.k.vec_dot_multi(w.n_in, wrow, job.xq + static_cast<uint64_t>(t) * job.xq_stride,
+                              job.xq_stride, n_x, out);
+          for (int k = 0; k < n_x; ++k) yr[(t + k) * w.n_out] = out[k];
+        }
+      } else if (job.k.vec_dot) {
         const std::byte* xr = job.xq + static_cast<uint64_t>(tt) * job.xq_stride;
         for (int64_t t = tt; t < te; ++t, xr += job.xq_stride)
           yr[t * w.n_out] = job.k.vec_dot(w.n_in, wrow, xr);

@@ -31,6 +31,8 @@ struct DotKernels {
   VecDotFn vec_dot;
   // F32 x F32 dot of the same set, for the dequantize fallback.
   VecDotFn f32_dot;
+  // Several activation rows per weight row; null where vec_dot per row is as fast.
+  VecDotMultiFn vec_dot_multi = nullptr;
 };
 
 // Kernels for weights of the given type. Throws sluice::Error for types that hold no real numbers

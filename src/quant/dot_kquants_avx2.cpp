@@ -8,6 +8,7 @@
 // instead of per value.
 #include <immintrin.h>
 
+#include <cstddef>
 #include <cstring>
 
 #include "quant/kernels.h"
@@ -89,31 +90,77 @@ __m128i unpack_q3k_scales(const uint8_t* packed) {
 
 }  // namespace
 
-float vec_dot_q4_K(int64_t n, const void* w, const void* x) {
-  const auto* a = static_cast<const BlockQ4K*>(w);
-  const auto* b = static_cast<const BlockQ8K*>(x);
+namespace {
+
+// Q4_K rows against NX activation rows at once: each weight block is unpacked once and dotted
+// with every activation row, which is what makes prefill cheaper per token than decode.
+template <int NX>
+void q4_K_rows(int64_t n, const BlockQ4K* a, const std::byte* x, uint64_t x_stride, float* out) {
   const __m256i low4 = _mm256_set1_epi8(0x0F);
-  __m256 acc = _mm256_setzero_ps();
-  __m256 acc_min = _mm256_setzero_ps();
+  const BlockQ8K* b[NX];
+  __m256 acc[NX];
+#pragma GCC unroll 4
+  for (int t = 0; t < NX; ++t) {
+    b[t] = reinterpret_cast<const BlockQ8K*>(x + t * x_stride);
+    acc[t] = _mm256_setzero_ps();
+  }
   for (int64_t i = 0; i < n / kQKK; ++i) {
     const ScaleMin sm = unpack_scale_min(a[i].scales);
-    const __m256i min_prod = _mm256_madd_epi16(sm.mins, load256(b[i].bsums));
-    acc_min = _mm256_fmadd_ps(_mm256_set1_ps(b[i].d * fp16_scalar(a[i].dmin)),
-                              _mm256_cvtepi32_ps(min_prod), acc_min);
-    __m256i sumi = _mm256_setzero_si256();
+    const float d = fp16_scalar(a[i].d);
+    const float dmin = fp16_scalar(a[i].dmin);
+    __m256i sumi[NX];
+#pragma GCC unroll 4
+    for (int t = 0; t < NX; ++t) {
+      // The min term goes straight into the accumulator, negated.
+      const __m256i min_prod = _mm256_madd_epi16(sm.mins, load256(b[t][i].bsums));
+      acc[t] =
+          _mm256_fnmadd_ps(_mm256_set1_ps(b[t][i].d * dmin), _mm256_cvtepi32_ps(min_prod), acc[t]);
+      sumi[t] = _mm256_setzero_si256();
+    }
+#pragma GCC unroll 4
     for (int c = 0; c < 4; ++c) {
       const __m256i q = load256(a[i].qs + 32 * c);
       const __m256i lo = _mm256_and_si256(q, low4);
       const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
-      sumi =
-          _mm256_add_epi32(sumi, scaled_dot_v(lo, b[i].qs + 64 * c, broadcast16(sm.scales, 2 * c)));
-      sumi = _mm256_add_epi32(
-          sumi, scaled_dot_v(hi, b[i].qs + 64 * c + 32, broadcast16(sm.scales, 2 * c + 1)));
+      const __m256i s_lo = broadcast16(sm.scales, 2 * c);
+      const __m256i s_hi = broadcast16(sm.scales, 2 * c + 1);
+#pragma GCC unroll 4
+      for (int t = 0; t < NX; ++t) {
+        sumi[t] = _mm256_add_epi32(sumi[t], scaled_dot_v(lo, b[t][i].qs + 64 * c, s_lo));
+        sumi[t] = _mm256_add_epi32(sumi[t], scaled_dot_v(hi, b[t][i].qs + 64 * c + 32, s_hi));
+      }
     }
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(b[i].d * fp16_scalar(a[i].d)), _mm256_cvtepi32_ps(sumi),
-                          acc);
+#pragma GCC unroll 4
+    for (int t = 0; t < NX; ++t) {
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(b[t][i].d * d), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+    }
   }
-  return hsum(acc) - hsum(acc_min);
+#pragma GCC unroll 4
+  for (int t = 0; t < NX; ++t) out[t] = hsum(acc[t]);
+}
+
+}  // namespace
+
+float vec_dot_q4_K(int64_t n, const void* w, const void* x) {
+  float out;
+  q4_K_rows<1>(n, static_cast<const BlockQ4K*>(w), static_cast<const std::byte*>(x), 0, &out);
+  return out;
+}
+
+void vec_dot_q4_K_multi(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x,
+                        float* out) {
+  const auto* a = static_cast<const BlockQ4K*>(w);
+  const auto* xb = static_cast<const std::byte*>(x);
+  switch (n_x) {
+    case 1:
+      return q4_K_rows<1>(n, a, xb, x_stride, out);
+    case 2:
+      return q4_K_rows<2>(n, a, xb, x_stride, out);
+    case 3:
+      return q4_K_rows<3>(n, a, xb, x_stride, out);
+    default:
+      return q4_K_rows<4>(n, a, xb, x_stride, out);
+  }
 }
 
 float vec_dot_q5_K(int64_t n, const void* w, const void* x) {
@@ -130,6 +177,7 @@ float vec_dot_q5_K(int64_t n, const void* w, const void* x) {
                               _mm256_cvtepi32_ps(min_prod), acc_min);
     const __m256i qh = load256(a[i].qh);
     __m256i sumi = _mm256_setzero_si256();
+#pragma GCC unroll 4
     for (int c = 0; c < 4; ++c) {
       const __m256i q = load256(a[i].qs + 32 * c);
       // Bit 2c / 2c+1 of each qh byte, moved to bit 4 (masking to bit 0 first keeps the 16-bit
@@ -151,18 +199,31 @@ float vec_dot_q5_K(int64_t n, const void* w, const void* x) {
   return hsum(acc) - hsum(acc_min);
 }
 
-float vec_dot_q6_K(int64_t n, const void* w, const void* x) {
-  const auto* a = static_cast<const BlockQ6K*>(w);
-  const auto* b = static_cast<const BlockQ8K*>(x);
+namespace {
+
+// Q6_K rows against NX activation rows at once (see q4_K_rows).
+template <int NX>
+void q6_K_rows(int64_t n, const BlockQ6K* a, const std::byte* x, uint64_t x_stride, float* out) {
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   const __m256i low2 = _mm256_set1_epi8(0x03);
-  __m256 acc = _mm256_setzero_ps();
+  const BlockQ8K* b[NX];
+  __m256 acc[NX];
+#pragma GCC unroll 4
+  for (int t = 0; t < NX; ++t) {
+    b[t] = reinterpret_cast<const BlockQ8K*>(x + t * x_stride);
+    acc[t] = _mm256_setzero_ps();
+  }
   for (int64_t i = 0; i < n / kQKK; ++i) {
     const int8_t* sc = a[i].scales;
     const __m256i sc16 =
         _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc)));
-    // Values are stored +32; subtract 32 * scale * group sum once per super-block.
-    __m256i sumi = _mm256_setr_epi32(-32 * bsum_dot(sc16, b[i].bsums), 0, 0, 0, 0, 0, 0, 0);
+    __m256i sumi[NX];
+#pragma GCC unroll 4
+    for (int t = 0; t < NX; ++t) {
+      // Values are stored +32; subtract 32 * scale * group sum once per super-block.
+      sumi[t] = _mm256_setr_epi32(-32 * bsum_dot(sc16, b[t][i].bsums), 0, 0, 0, 0, 0, 0, 0);
+    }
+#pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
       const __m256i ql0 = load256(a[i].ql + 64 * h);
       const __m256i ql1 = load256(a[i].ql + 64 * h + 32);
@@ -177,16 +238,49 @@ float vec_dot_q6_K(int64_t n, const void* w, const void* x) {
           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), low2), 4)),
       };
-      const int8_t* q8 = b[i].qs + 128 * h;
       const int8_t* s = sc + 8 * h;
+#pragma GCC unroll 4
       for (int k = 0; k < 4; ++k) {
-        sumi = _mm256_add_epi32(sumi, scaled_dot2(q[k], q8 + 32 * k, s[2 * k], s[2 * k + 1]));
+        const __m256i s2 = _mm256_set_m128i(_mm_set1_epi16(s[2 * k + 1]), _mm_set1_epi16(s[2 * k]));
+#pragma GCC unroll 4
+        for (int t = 0; t < NX; ++t) {
+          sumi[t] =
+              _mm256_add_epi32(sumi[t], scaled_dot_v(q[k], b[t][i].qs + 128 * h + 32 * k, s2));
+        }
       }
     }
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(b[i].d * fp16_scalar(a[i].d)), _mm256_cvtepi32_ps(sumi),
-                          acc);
+    const float d = fp16_scalar(a[i].d);
+#pragma GCC unroll 4
+    for (int t = 0; t < NX; ++t) {
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(b[t][i].d * d), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+    }
   }
-  return hsum(acc);
+#pragma GCC unroll 4
+  for (int t = 0; t < NX; ++t) out[t] = hsum(acc[t]);
+}
+
+}  // namespace
+
+float vec_dot_q6_K(int64_t n, const void* w, const void* x) {
+  float out;
+  q6_K_rows<1>(n, static_cast<const BlockQ6K*>(w), static_cast<const std::byte*>(x), 0, &out);
+  return out;
+}
+
+void vec_dot_q6_K_multi(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x,
+                        float* out) {
+  const auto* a = static_cast<const BlockQ6K*>(w);
+  const auto* xb = static_cast<const std::byte*>(x);
+  switch (n_x) {
+    case 1:
+      return q6_K_rows<1>(n, a, xb, x_stride, out);
+    case 2:
+      return q6_K_rows<2>(n, a, xb, x_stride, out);
+    case 3:
+      return q6_K_rows<3>(n, a, xb, x_stride, out);
+    default:
+      return q6_K_rows<4>(n, a, xb, x_stride, out);
+  }
 }
 
 float vec_dot_q2_K(int64_t n, const void* w, const void* x) {
@@ -205,6 +299,7 @@ float vec_dot_q2_K(int64_t n, const void* w, const void* x) {
     for (int h = 0; h < 2; ++h) {
       const __m256i q = load256(a[i].qs + 32 * h);
       const int8_t* q8 = b[i].qs + 128 * h;
+#pragma GCC unroll 4
       for (int p = 0; p < 4; ++p) {
         const __m256i v = _mm256_and_si256(_mm256_srli_epi16(q, 2 * p), low2);
         const int g = 8 * h + 2 * p;
@@ -234,6 +329,7 @@ float vec_dot_q3_K(int64_t n, const void* w, const void* x) {
     for (int h = 0; h < 2; ++h) {
       const __m256i q = load256(a[i].qs + 32 * h);
       const int8_t* q8 = b[i].qs + 128 * h;
+#pragma GCC unroll 4
       for (int p = 0; p < 4; ++p) {
         const __m256i hbit = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + p), one);
         const __m256i v = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 2 * p), low2),

@@ -17,6 +17,13 @@ namespace sluice {
 using VecDotFn = float (*)(int64_t n, const void* w, const void* x);
 using QuantizeRowFn = void (*)(const float* x, void* y, int64_t n);
 
+// Dot of one weight row with n_x (1..kMaxDotRows) activation rows x + k * x_stride bytes, into
+// out[k]. Unpacking each weight block once for several tokens is what makes prefill and MoE expert
+// batches cheaper per token than decode; types without one run vec_dot per row.
+using VecDotMultiFn = void (*)(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x,
+                               float* out);
+inline constexpr int kMaxDotRows = 4;
+
 // Activation quantizers zero blocks whose largest magnitude is below this (see act_quant.cpp).
 inline constexpr float kMinActivationAmax = 1e-30f;
 
@@ -63,6 +70,11 @@ float vec_dot_q3_K(int64_t n, const void* w, const void* x);
 float vec_dot_q4_K(int64_t n, const void* w, const void* x);
 float vec_dot_q5_K(int64_t n, const void* w, const void* x);
 float vec_dot_q6_K(int64_t n, const void* w, const void* x);
+
+void vec_dot_q4_K_multi(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x,
+                        float* out);
+void vec_dot_q6_K_multi(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x,
+                        float* out);
 }  // namespace avx2
 
 }  // namespace sluice

@@ -259,3 +259,37 @@ TEST(Dispatch, SluiceNoSimdForcesScalar) {
   // suite with SLUICE_NO_SIMD=1 sends every matmul test through the scalar kernels.
   EXPECT_EQ(active_isa(), select_isa(cpu_has_avx2(), std::getenv("SLUICE_NO_SIMD")));
 }
+
+// Multi-row kernels against the scalar single-row kernel, for every row count they accept, with
+// activation rows spaced by a stride larger than one row.
+TEST(VecDotMulti, MatchesScalarPerRow) {
+  if (!cpu_has_avx2()) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
+  std::mt19937 rng(21);
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K}) {
+    const DotKernels s = dot_kernels(t, Isa::Scalar);
+    const DotKernels v = dot_kernels(t, Isa::Avx2);
+    ASSERT_NE(v.vec_dot_multi, nullptr) << type_name(t);
+    for (int64_t n : {256, 2048}) {
+      const uint64_t stride = row_bytes(v.vec_dot_type, static_cast<uint64_t>(n)) + 64;
+      for (int n_x = 1; n_x <= kMaxDotRows; ++n_x) {
+        const auto w = random_row(t, n, rng);
+        std::vector<uint8_t> xq(stride * n_x);
+        std::vector<RefDot> refs;
+        const auto wf = dequantized(t, w.data(), n);
+        for (int k = 0; k < n_x; ++k) {
+          const auto x = random_activations(n, rng);
+          s.quantize(x.data(), xq.data() + k * stride, n);
+          const auto xf = dequantized(v.vec_dot_type, xq.data() + k * stride, n);
+          refs.push_back(ref_dot(wf.data(), xf.data(), n));
+        }
+        float out[kMaxDotRows];
+        v.vec_dot_multi(n, w.data(), xq.data(), stride, n_x, out);
+        for (int k = 0; k < n_x; ++k) {
+          const float want = s.vec_dot(n, w.data(), xq.data() + k * stride);
+          EXPECT_NEAR(out[k], want, 2 * float_tolerance(refs[k], n / kQKK))
+              << type_name(t) << " n " << n << " n_x " << n_x << " row " << k;
+        }
+      }
+    }
+  }
+}
