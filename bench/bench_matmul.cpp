@@ -53,7 +53,7 @@ struct TypeCase {
 const TypeCase kTypeCases[] = {
     {GgmlType::Q8_0, {0}},      {GgmlType::Q4_0, {0}},   {GgmlType::MXFP4, {}},
     {GgmlType::Q2_K, {80, 82}}, {GgmlType::Q3_K, {108}}, {GgmlType::Q5_K, {0, 2}},
-    {GgmlType::Q6_K, {208}},
+    {GgmlType::Q6_K, {208}},    {GgmlType::IQ4_XS, {0}},
 };
 
 AlignedBuffer random_matrix(const TypeCase& tc, std::mt19937& rng) {
@@ -185,7 +185,7 @@ BENCHMARK(BM_Matmul)
     ->ArgNames({"avx2", "tokens", "threads"})
     ->ArgsProduct({{0, 1}, {1, 64}, {1, 2}})
     ->UseRealTime();
-BENCHMARK(BM_Types)->ArgNames({"avx2", "type"})->ArgsProduct({{0, 1}, {0, 1, 2, 3, 4, 5, 6}});
+BENCHMARK(BM_Types)->ArgNames({"avx2", "type"})->ArgsProduct({{0, 1}, {0, 1, 2, 3, 4, 5, 6, 7}});
 BENCHMARK(BM_Cold)
     ->ArgNames({"avx2", "tokens", "threads"})
     ->ArgsProduct({{0, 1}, {1}, {1, 2}})

@@ -133,6 +133,9 @@ DotKernels avx2_kernels(GgmlType weight) {
       k.vec_dot = avx2::vec_dot_q6_K;
       k.vec_dot_multi = avx2::vec_dot_q6_K_multi;
       break;
+    case GgmlType::IQ4_XS:
+      k.vec_dot = avx2::vec_dot_iq4_xs;
+      break;
     default:
       break;
   }

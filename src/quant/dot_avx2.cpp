@@ -1,6 +1,7 @@
-// AVX2+FMA kernels for activation quantization, float weights and 32-value block types. Each has
-// a scalar twin in act_quant.cpp / dot.cpp; tests compare the two. Per-block integer sums are
-// exact; only the order in which float terms are accumulated differs from the scalar kernels.
+// AVX2+FMA kernels for activation quantization, float weights, 32-value block types and IQ4_XS
+// (which shares IQ4_NL's grid lookup). Each has a scalar twin in act_quant.cpp / dot.cpp /
+// dot_kquants.cpp; tests compare the two. Per-block integer sums are exact; only the order in
+// which float terms are accumulated differs from the scalar kernels.
 #include <immintrin.h>
 
 #include "quant/iq_grids.h"
@@ -195,6 +196,31 @@ float vec_dot_mxfp4(int64_t n, const void* w, const void* x) {
   for (int64_t i = 0; i < n / kQK; ++i) {
     const __m256 d = _mm256_set1_ps(e8m0_to_fp32_half(a[i].e) * fp16_scalar(b[i].d));
     acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(grid_dot(a[i].qs, grid, b[i].qs)), acc);
+  }
+  return hsum(acc);
+}
+
+float vec_dot_iq4_xs(int64_t n, const void* w, const void* x) {
+  const auto* a = static_cast<const BlockIQ4XS*>(w);
+  const auto* b = static_cast<const BlockQ8K*>(x);
+  const __m256i grid = load_grid(iq::kValuesIq4nl.data());
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    __m256i sumi = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int ib = 0; ib < 8; ++ib) {
+      const int ls = ((a[i].scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) |
+                     (((a[i].scales_h >> (2 * ib)) & 3) << 4);
+      const __m256i wv = _mm256_shuffle_epi8(grid, unpack_nibbles_128(a[i].qs + 16 * ib));
+      const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qs + 32 * ib));
+      // Grid values and activations both fit in [-127, 127], so the pair sums cannot saturate;
+      // the sub-block scale is applied in the widening madd.
+      const __m256i prod = _mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(q8, wv));
+      sumi = _mm256_add_epi32(
+          sumi, _mm256_madd_epi16(prod, _mm256_set1_epi16(static_cast<int16_t>(ls - 32))));
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16_scalar(a[i].d) * b[i].d), _mm256_cvtepi32_ps(sumi),
+                          acc);
   }
   return hsum(acc);
 }

@@ -70,6 +70,7 @@ float vec_dot_q3_K(int64_t n, const void* w, const void* x);
 float vec_dot_q4_K(int64_t n, const void* w, const void* x);
 float vec_dot_q5_K(int64_t n, const void* w, const void* x);
 float vec_dot_q6_K(int64_t n, const void* w, const void* x);
+float vec_dot_iq4_xs(int64_t n, const void* w, const void* x);
 
 void vec_dot_q4_K_multi(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x,
                         float* out);
