@@ -4,7 +4,8 @@
 // own part of the weight matrix front to back (decode is bound by that stream). Only when there
 // are fewer rows than threads are tokens split as well. Within a range, each weight row is dotted
 // with a tile of token rows while it sits in L1, so prefill and MoE expert batches read the weights
-// once per tile instead of once per token.
+// once per tile instead of once per token; types with a multi-row kernel also unpack each weight
+// block once per group of kMaxDotRows tokens.
 #include "ops/matmul.h"
 
 #include <algorithm>
