@@ -244,9 +244,19 @@ void File::parse_part(size_t index, bool is_first) {
     kv_ = std::move(kv);
     alignment_ = alignment;
   } else {
-    auto it = std::find_if(kv.begin(), kv.end(), [](auto& p) { return p.first == "split.no"; });
-    if (it == kv.end() || !it->second.is_integer() || it->second.as_i64() != static_cast<int64_t>(index))
+    auto find_kv = [&](std::string_view key) {
+      auto it = std::find_if(kv.begin(), kv.end(), [&](auto& p) { return p.first == key; });
+      return it == kv.end() ? nullptr : &it->second;
+    };
+    const Value* no = find_kv("split.no");
+    if (!no || !no->is_integer() || no->as_i64() != static_cast<int64_t>(index))
       fail("{}: expected split.no = {} in this part", part.path, index);
+    // Parts of two different splits of one model can share a prefix; the counts tell them apart.
+    const Value* count = find_kv("split.count");
+    const int64_t first_count = get_int("split.count");
+    if (count && (!count->is_integer() || count->as_i64() != first_count))
+      fail("{}: split.count is {} in this part but {} in the first part", part.path, count->to_display(),
+           first_count);
   }
 
   const size_t first_tensor = tensors_.size();
@@ -290,7 +300,7 @@ void File::parse_part(size_t index, bool is_first) {
     if (add_overflows(data_start, t.file_offset, &begin) || add_overflows(begin, t.nbytes, &end) ||
         end > part.size)
       fail("{}: tensor '{}' ({} {}, {} bytes at data offset {}) extends past the end of the file "
-           "({} bytes): the file is truncated",
+           "({} bytes): the file is truncated or the offset is corrupt",
            part.path, t.name, type_name(t.type), t.shape_string(), t.nbytes, t.file_offset, part.size);
     t.file_offset = begin;
     t.data = part.map + begin;
