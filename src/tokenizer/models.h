@@ -1,5 +1,5 @@
-// The subword models behind Tokenizer: byte-level BPE (merge ranks) and SentencePiece BPE (token
-// scores with byte fallback). Each turns one already split piece of text into ids;
+// The subword models behind Tokenizer: byte-level BPE (merge ranks), SentencePiece BPE (token
+// scores with byte fallback) and BERT WordPiece (greedy longest match). Each turns one already split piece of text into ids;
 // special-token handling and BOS/EOS live in Tokenizer.
 #pragma once
 
@@ -37,5 +37,14 @@ class BpeModel {
 // `text` has spaces already escaped as U+2581.
 void spm_encode(const Vocab& vocab, const std::array<int32_t, 256>& byte_ids, int32_t unk,
                 std::string_view text, std::vector<int32_t>& out);
+
+// BERT WordPiece: BertNormalizer (controls dropped, whitespace to spaces, CJK ideographs isolated,
+// and with `fold` NFD + accent stripping + lowercasing), split into words and punctuation, then
+// each word covered by the longest vocabulary entries; a word without a full cover becomes unk.
+struct WordPieceOptions {
+  bool fold = true;  // lowercase and strip accents, as uncased BERT vocabularies require
+};
+void wordpiece_encode(const Vocab& vocab, const WordPieceOptions& opt, int32_t unk, std::string_view text,
+                      std::vector<int32_t>& out);
 
 }  // namespace sluice

@@ -80,10 +80,12 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::File& f) {
     t->kind_ = Kind::kBpe;
   } else if (model == "llama") {
     t->kind_ = Kind::kSpm;
+  } else if (model == "bert") {
+    t->kind_ = Kind::kWordPiece;
   } else if (model == "no_vocab" || model == "none") {
     fail("the model has no vocabulary (tokenizer.ggml.model = '{}')", model);
   } else {
-    fail("unsupported tokenizer model '{}' (tokenizer.ggml.model); supported: gpt2, llama", model);
+    fail("unsupported tokenizer model '{}' (tokenizer.ggml.model); supported: gpt2, llama, bert", model);
   }
 
   Vocab& v = t->vocab_;
@@ -118,14 +120,20 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::File& f) {
       SLUICE_LOG_WARN("tokenizer: {} = {} is outside the vocabulary of {}; ignored", key, id, n);
     return -1;
   };
+  // BERT's [CLS] plays BOS and [SEP] closes the input; llama.cpp's defaults are 101 and 102.
+  const bool wpm = t->kind_ == Kind::kWordPiece;
   t->bos_ = read_id("tokenizer.ggml.bos_token_id", spm ? 1 : -1);
+  if (wpm && t->bos_ < 0) t->bos_ = read_id("tokenizer.ggml.cls_token_id", 101);
+  t->sep_ = read_id("tokenizer.ggml.seperator_token_id", wpm ? 102 : -1);
   t->eos_ = read_id("tokenizer.ggml.eos_token_id", spm ? 2 : -1);
   t->eot_ = read_id("tokenizer.ggml.eot_token_id", -1);
   t->eom_ = read_id("tokenizer.ggml.eom_token_id", -1);
-  t->unk_ = read_id("tokenizer.ggml.unknown_token_id", spm ? 0 : -1);
+  t->unk_ = read_id("tokenizer.ggml.unknown_token_id", spm ? 0 : wpm ? 100 : -1);
 
-  bool add_bos_default = spm;
-  if (!spm) {
+  bool add_bos_default = spm || wpm;
+  if (wpm) {
+    t->fold_ = f.get_bool_or("tokenizer.ggml.normalizer.lowercase", true);
+  } else if (!spm) {
     t->pre_name_ = f.get_string_or("tokenizer.ggml.pre", "");
     t->pre_ = std::make_unique<PreTokenizer>(t->pre_name_);
     const auto merges = f.get_string_array("tokenizer.ggml.merges");
@@ -142,6 +150,8 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::File& f) {
     fail("tokenizer asks for a BOS token (add_bos_token) but tokenizer.ggml.bos_token_id is not set");
   if (t->add_eos_ && t->eos_ < 0)
     fail("tokenizer asks for an EOS token (add_eos_token) but tokenizer.ggml.eos_token_id is not set");
+  if (wpm && t->add_bos_ && t->sep_ < 0)
+    fail("WordPiece vocabulary without [SEP]: tokenizer.ggml.seperator_token_id is not set");
 
   if (t->eot_ < 0) {
     for (const char* s : kEotTexts) {
@@ -191,7 +201,7 @@ std::string Tokenizer::render(int32_t id) const {
     default:
       break;
   }
-  if (kind_ == Kind::kSpm) {
+  if (kind_ != Kind::kBpe) {  // SPM and WordPiece spell spaces as U+2581
     std::string s = text;
     replace_all(s, kSpmSpace, " ");
     return s;
@@ -286,6 +296,8 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, 
     }
     if (kind_ == Kind::kBpe) {
       encode_bpe_text(fr.text, out);
+    } else if (kind_ == Kind::kWordPiece) {
+      wordpiece_encode(vocab_, WordPieceOptions{fold_}, unk_, fr.text, out);
     } else {
       std::string s = add_space_prefix_ && after_special ? " " : "";
       s.append(fr.text);
@@ -295,6 +307,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, 
     after_special = false;
   }
   if (add_special && add_eos_) out.push_back(eos_);
+  if (add_special && add_bos_ && kind_ == Kind::kWordPiece) out.push_back(sep_);
   return out;
 }
 

@@ -1,5 +1,6 @@
 // Text ↔ token ids for GGUF vocabularies: byte-level BPE (tokenizer.ggml.model "gpt2") with the
-// pre-tokenizer named by tokenizer.ggml.pre, and SentencePiece BPE ("llama"). Special tokens
+// pre-tokenizer named by tokenizer.ggml.pre, SentencePiece BPE ("llama") and BERT WordPiece
+// ("bert"). Special tokens
 // (control / user-defined) are split out of the text before the subword model runs. Behaviour
 // follows llama.cpp's reading of the GGUF keys, so that ids match what the reference engine feeds
 // the model.
@@ -24,7 +25,7 @@ class BpeModel;
 
 class Tokenizer {
  public:
-  enum class Kind { kBpe, kSpm };
+  enum class Kind { kBpe, kSpm, kWordPiece };
 
   // Throws sluice::Error on a missing or malformed vocabulary, an unknown model or pre-tokenizer,
   // or add_bos/add_eos set without the matching token.
@@ -34,7 +35,7 @@ class Tokenizer {
   Tokenizer& operator=(const Tokenizer&) = delete;
 
   // add_special: prepend BOS / append EOS when the vocabulary asks for it (add_bos_token /
-  // add_eos_token keys, else the model-type default). parse_special: control tokens written in the
+  // add_eos_token keys, else the model-type default); WordPiece wraps the text in [CLS] ... [SEP]. parse_special: control tokens written in the
   // text become their ids; user-defined tokens are always recognised. Thread-safe.
   std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const;
 
@@ -76,8 +77,8 @@ class Tokenizer {
   std::unique_ptr<PreTokenizer> pre_;
   std::unique_ptr<BpeModel> bpe_;
   std::array<int32_t, 256> byte_ids_{};  // <0xNN> tokens, -1 where missing
-  int32_t bos_ = -1, eos_ = -1, eot_ = -1, eom_ = -1, unk_ = -1;
-  bool add_bos_ = false, add_eos_ = false, add_space_prefix_ = false;
+  int32_t bos_ = -1, eos_ = -1, eot_ = -1, eom_ = -1, unk_ = -1, sep_ = -1;
+  bool add_bos_ = false, add_eos_ = false, add_space_prefix_ = false, fold_ = true;
   std::vector<bool> eog_;
   std::vector<int32_t> specials_;      // control / user-defined / unknown ids, longest text first
   std::vector<std::string> pieces_;    // token_bytes of every id, built at load

@@ -32,8 +32,6 @@ class VocabCases : public testing::TestWithParam<std::string> {};
 TEST_P(VocabCases, MatchReference) {
   const std::string path = test::testdata("vocab/" + GetParam());
   auto file = gguf::File::open(path);
-  const std::string model = file->get_string_or("tokenizer.ggml.model", "");
-  if (model == "bert") GTEST_SKIP() << "WordPiece (tokenizer.ggml.model = bert) is not implemented";
   auto tok = Tokenizer::from_gguf(*file);
   const auto cases = test::read_tok_cases(path + ".inp", path + ".out");
   ASSERT_FALSE(cases.empty()) << "no cases read for " << path;
@@ -54,3 +52,16 @@ INSTANTIATE_TEST_SUITE_P(All, VocabCases, testing::ValuesIn(vocabs_with_gguf()),
 TEST(VocabCases, DirectoryHasCases) { EXPECT_FALSE(vocabs_with_gguf().empty()); }
 
 }  // namespace
+
+TEST(WordPiece, WrapsInClsSepAndFoldsCaseAndAccents) {
+  const std::string path = test::testdata("vocab/ggml-vocab-bert-bge.gguf");
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "bert-bge vocabulary not in testdata";
+  auto file = gguf::File::open(path);
+  auto tok = Tokenizer::from_gguf(*file);
+  EXPECT_EQ(tok->kind(), Tokenizer::Kind::kWordPiece);
+  const auto ids = tok->encode("HÉLLO", true, false);
+  EXPECT_EQ(ids, std::vector<int32_t>({101, 7592, 102}));  // [CLS] ▁hello [SEP]
+  EXPECT_EQ(tok->decode({ids[1]}), " hello");
+  // A word the vocabulary cannot cover becomes one [UNK].
+  EXPECT_EQ(tok->encode("កាន់", false, false), std::vector<int32_t>({100}));
+}
