@@ -128,6 +128,7 @@ DotKernels avx2_kernels(GgmlType weight) {
       break;
     case GgmlType::Q5_K:
       k.vec_dot = avx2::vec_dot_q5_K;
+      k.vec_dot_multi = avx2::vec_dot_q5_K_multi;
       break;
     case GgmlType::Q6_K:
       k.vec_dot = avx2::vec_dot_q6_K;

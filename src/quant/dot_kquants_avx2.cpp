@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstring>
+#include <type_traits>
 
 #include "quant/kernels.h"
 #include "quant/simd_avx2.h"
@@ -92,11 +93,14 @@ __m128i unpack_q3k_scales(const uint8_t* packed) {
 
 namespace {
 
-// Q4_K rows against NX activation rows at once: each weight block is unpacked once and dotted
-// with every activation row, which is what makes prefill cheaper per token than decode.
-template <int NX>
-void q4_K_rows(int64_t n, const BlockQ4K* a, const std::byte* x, uint64_t x_stride, float* out) {
+// Q4_K / Q5_K rows against NX activation rows at once: each weight block is unpacked once and
+// dotted with every activation row, which is what makes prefill cheaper per token than decode.
+// Q5_K differs only by the fifth bit of each value, taken from qh.
+template <typename Block, int NX>
+void q45_K_rows(int64_t n, const Block* a, const std::byte* x, uint64_t x_stride, float* out) {
+  constexpr bool kFifthBit = std::is_same_v<Block, BlockQ5K>;
   const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i one = _mm256_set1_epi8(1);
   const BlockQ8K* b[NX];
   __m256 acc[NX];
 #pragma GCC unroll 4
@@ -117,11 +121,21 @@ void q4_K_rows(int64_t n, const BlockQ4K* a, const std::byte* x, uint64_t x_stri
           _mm256_fnmadd_ps(_mm256_set1_ps(b[t][i].d * dmin), _mm256_cvtepi32_ps(min_prod), acc[t]);
       sumi[t] = _mm256_setzero_si256();
     }
+    __m256i qh = _mm256_setzero_si256();
+    if constexpr (kFifthBit) qh = load256(a[i].qh);
 #pragma GCC unroll 4
     for (int c = 0; c < 4; ++c) {
       const __m256i q = load256(a[i].qs + 32 * c);
-      const __m256i lo = _mm256_and_si256(q, low4);
-      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+      __m256i lo = _mm256_and_si256(q, low4);
+      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+      if constexpr (kFifthBit) {
+        // Bit 2c / 2c+1 of each qh byte, moved to bit 4 (masking to bit 0 first keeps the 16-bit
+        // shifts from leaking bits across bytes).
+        lo = _mm256_or_si256(
+            lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4));
+        hi = _mm256_or_si256(
+            hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
+      }
       const __m256i s_lo = broadcast16(sm.scales, 2 * c);
       const __m256i s_hi = broadcast16(sm.scales, 2 * c + 1);
 #pragma GCC unroll 4
@@ -139,64 +153,46 @@ void q4_K_rows(int64_t n, const BlockQ4K* a, const std::byte* x, uint64_t x_stri
   for (int t = 0; t < NX; ++t) out[t] = hsum(acc[t]);
 }
 
+template <typename Block>
+void q45_K_multi(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x, float* out) {
+  const auto* a = static_cast<const Block*>(w);
+  const auto* xb = static_cast<const std::byte*>(x);
+  switch (n_x) {
+    case 1:
+      return q45_K_rows<Block, 1>(n, a, xb, x_stride, out);
+    case 2:
+      return q45_K_rows<Block, 2>(n, a, xb, x_stride, out);
+    case 3:
+      return q45_K_rows<Block, 3>(n, a, xb, x_stride, out);
+    default:
+      return q45_K_rows<Block, 4>(n, a, xb, x_stride, out);
+  }
+}
+
 }  // namespace
 
 float vec_dot_q4_K(int64_t n, const void* w, const void* x) {
   float out;
-  q4_K_rows<1>(n, static_cast<const BlockQ4K*>(w), static_cast<const std::byte*>(x), 0, &out);
+  q45_K_rows<BlockQ4K, 1>(n, static_cast<const BlockQ4K*>(w), static_cast<const std::byte*>(x), 0,
+                          &out);
   return out;
 }
 
 void vec_dot_q4_K_multi(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x,
                         float* out) {
-  const auto* a = static_cast<const BlockQ4K*>(w);
-  const auto* xb = static_cast<const std::byte*>(x);
-  switch (n_x) {
-    case 1:
-      return q4_K_rows<1>(n, a, xb, x_stride, out);
-    case 2:
-      return q4_K_rows<2>(n, a, xb, x_stride, out);
-    case 3:
-      return q4_K_rows<3>(n, a, xb, x_stride, out);
-    default:
-      return q4_K_rows<4>(n, a, xb, x_stride, out);
-  }
+  q45_K_multi<BlockQ4K>(n, w, x, x_stride, n_x, out);
 }
 
 float vec_dot_q5_K(int64_t n, const void* w, const void* x) {
-  const auto* a = static_cast<const BlockQ5K*>(w);
-  const auto* b = static_cast<const BlockQ8K*>(x);
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
-  const __m256i one = _mm256_set1_epi8(1);
-  __m256 acc = _mm256_setzero_ps();
-  __m256 acc_min = _mm256_setzero_ps();
-  for (int64_t i = 0; i < n / kQKK; ++i) {
-    const ScaleMin sm = unpack_scale_min(a[i].scales);
-    const __m256i min_prod = _mm256_madd_epi16(sm.mins, load256(b[i].bsums));
-    acc_min = _mm256_fmadd_ps(_mm256_set1_ps(b[i].d * fp16_scalar(a[i].dmin)),
-                              _mm256_cvtepi32_ps(min_prod), acc_min);
-    const __m256i qh = load256(a[i].qh);
-    __m256i sumi = _mm256_setzero_si256();
-#pragma GCC unroll 4
-    for (int c = 0; c < 4; ++c) {
-      const __m256i q = load256(a[i].qs + 32 * c);
-      // Bit 2c / 2c+1 of each qh byte, moved to bit 4 (masking to bit 0 first keeps the 16-bit
-      // shifts from leaking bits across bytes).
-      const __m256i h_lo =
-          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4);
-      const __m256i h_hi =
-          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4);
-      const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, low4), h_lo);
-      const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), low4), h_hi);
-      sumi =
-          _mm256_add_epi32(sumi, scaled_dot_v(lo, b[i].qs + 64 * c, broadcast16(sm.scales, 2 * c)));
-      sumi = _mm256_add_epi32(
-          sumi, scaled_dot_v(hi, b[i].qs + 64 * c + 32, broadcast16(sm.scales, 2 * c + 1)));
-    }
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(b[i].d * fp16_scalar(a[i].d)), _mm256_cvtepi32_ps(sumi),
-                          acc);
-  }
-  return hsum(acc) - hsum(acc_min);
+  float out;
+  q45_K_rows<BlockQ5K, 1>(n, static_cast<const BlockQ5K*>(w), static_cast<const std::byte*>(x), 0,
+                          &out);
+  return out;
+}
+
+void vec_dot_q5_K_multi(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x,
+                        float* out) {
+  q45_K_multi<BlockQ5K>(n, w, x, x_stride, n_x, out);
 }
 
 namespace {

@@ -265,7 +265,7 @@ TEST(Dispatch, SluiceNoSimdForcesScalar) {
 TEST(VecDotMulti, MatchesScalarPerRow) {
   if (!cpu_has_avx2()) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
   std::mt19937 rng(21);
-  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K}) {
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
     const DotKernels s = dot_kernels(t, Isa::Scalar);
     const DotKernels v = dot_kernels(t, Isa::Avx2);
     ASSERT_NE(v.vec_dot_multi, nullptr) << type_name(t);
