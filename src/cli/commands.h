@@ -17,6 +17,8 @@
 namespace sluice::cli {
 
 int cmd_inspect(int argc, char** argv);
+int cmd_run(int argc, char** argv);
+int cmd_logits(int argc, char** argv);
 int cmd_tokenize(int argc, char** argv);
 int cmd_convert_tokenizer(int argc, char** argv);
 

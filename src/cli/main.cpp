@@ -20,6 +20,8 @@ struct Command {
 constexpr Command kCommands[] = {
     {"inspect", "show a model's architecture, tensors, sizes and a RAM verdict",
      sluice::cli::cmd_inspect},
+    {"run", "generate text from a prompt", sluice::cli::cmd_run},
+    {"logits", "evaluate reference tokens and write logits as JSON", sluice::cli::cmd_logits},
     {"tokenize", "show the token ids and pieces of a text", sluice::cli::cmd_tokenize},
     {"convert-tokenizer", "write a vocab-only GGUF from a HF tokenizer.json", sluice::cli::cmd_convert_tokenizer},
 };

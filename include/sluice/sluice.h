@@ -1,0 +1,137 @@
+// sluice public API: everything the CLI and the server use. An Engine owns a loaded model (its
+// resident weights, tokenizer, expert store and thread pool); Sessions hold one conversation's
+// KV cache each and generate tokens through a callback.
+//
+//   auto engine = sluice::Engine::load({.model_path = "model.gguf"});
+//   auto session = engine->new_session();
+//   sluice::GenerateOptions opt;
+//   session->generate(engine->tokenize("Hello", true), opt,
+//                     [](int32_t, std::string_view text) { fputs(...); return true; });
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sluice {
+
+struct EngineOptions {
+  std::string model_path;
+  int n_threads = 0;          // 0: all cores
+  int n_ctx = 4096;           // per-session context (capped at the model's training context)
+  std::string experts = "auto";  // auto | ram | mmap | stream
+  uint64_t cache_bytes = 0;      // expert cache for stream mode; 0: sized from the memory budget
+  uint64_t mem_limit = 0;        // memory budget; 0: detected (cgroup limit, MemAvailable)
+  std::string cache_policy = "lfu";  // lru | lfu
+  bool cold = false;             // no warm-start preload of the expert cache
+  int64_t preload_experts = -1;  // most experts to preload (−1: fill the cache)
+  bool prefetch = true;          // router-lookahead prefetch of the next layer's experts
+  bool lock_memory = true;       // mlock the expert cache
+  bool debug = false;            // log every expert hit and miss
+};
+
+struct SamplingOptions {
+  float temperature = 0.8f;  // ≤ 0: greedy
+  int top_k = 40;
+  float top_p = 0.95f;
+  float min_p = 0.05f;
+  float repeat_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  int penalty_last_n = 64;
+  uint64_t seed = 0xC0FFEE;
+};
+
+struct GenerateOptions {
+  int max_tokens = 128;
+  SamplingOptions sampling;
+  std::vector<std::string> stop;  // generation ends before any of these strings
+  bool stop_at_eog = true;        // end at the model's end-of-generation tokens
+};
+
+enum class FinishReason { kLength, kStop, kEog, kCancelled };
+
+struct GenerateResult {
+  std::vector<int32_t> tokens;  // generated ids (a matched stop string's tokens included)
+  std::string text;             // generated text, stop string excluded
+  FinishReason finish = FinishReason::kLength;
+  int n_prompt = 0;             // prompt tokens evaluated (after prefix reuse)
+  int n_reused = 0;             // prompt tokens served from the cache
+  double prefill_seconds = 0;
+  double decode_seconds = 0;
+};
+
+// Called with each generated token and its text (UTF-8 complete; may be empty while a
+// multi-byte character is incomplete). Return false to stop generation.
+using TokenCallback = std::function<bool(int32_t token, std::string_view text)>;
+
+struct ModelInfo {
+  std::string architecture;
+  std::string name;
+  int n_layer = 0, n_embd = 0, n_vocab = 0, n_ctx_train = 0;
+  int n_expert = 0, n_expert_used = 0;
+  uint64_t file_bytes = 0;
+  std::string chat_template;
+  std::string experts_mode;  // what the store does: "ram", "mmap", "stream"
+  std::string experts_detail;  // one line: reader, cache slots and size
+  uint64_t resident_bytes = 0;  // non-routed weights
+  uint64_t routed_bytes = 0;    // routed experts in the file
+};
+
+struct ExpertStats {
+  uint64_t requests = 0, hits = 0, misses = 0, bytes_read = 0;
+  double read_seconds = 0, stall_seconds = 0;
+  uint64_t prefetch_issued = 0, prefetch_used = 0;
+};
+
+class Session;
+
+class Engine {
+ public:
+  static std::unique_ptr<Engine> load(const EngineOptions& options);  // throws sluice::Error
+  ~Engine();
+
+  const ModelInfo& info() const;
+  std::vector<int32_t> tokenize(std::string_view text, bool add_special, bool parse_special = false) const;
+  std::string detokenize(std::span<const int32_t> tokens) const;
+  bool is_eog(int32_t token) const;
+  std::unique_ptr<Session> new_session();
+  ExpertStats expert_stats() const;
+  double load_seconds() const;
+
+  struct Impl;
+  Impl& impl() { return *impl_; }
+
+ private:
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+class Session {
+ public:
+  ~Session();
+  // Makes `tokens` the session's context: reuses the longest cached common prefix and evaluates
+  // the rest. Returns the logits after the last token (n_vocab values).
+  std::span<const float> evaluate(std::span<const int32_t> tokens);
+  // Logits at every position of the evaluated suffix (for perplexity / reference checks):
+  // evaluates `tokens` from scratch and returns n_tokens × n_vocab values.
+  std::vector<float> evaluate_all(std::span<const int32_t> tokens);
+  // Evaluates the prompt (with prefix reuse) then samples up to max_tokens.
+  GenerateResult generate(std::span<const int32_t> prompt, const GenerateOptions& options,
+                          const TokenCallback& on_token);
+  const std::vector<int32_t>& tokens() const;  // the context held in the KV cache
+  void clear();
+  int n_ctx() const;
+
+ private:
+  friend class Engine;
+  struct Impl;
+  explicit Session(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sluice

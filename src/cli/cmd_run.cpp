@@ -1,0 +1,71 @@
+// `sluice run`: generate text from a prompt, streaming it to stdout; timings go to stderr.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "cli/options.h"
+#include "core/error.h"
+
+namespace sluice::cli {
+
+int cmd_run(int argc, char** argv) {
+  CLI::App app{"Generate text from a prompt", "sluice run"};
+  ModelFlags mf;
+  add_model_flags(app, mf);
+  GenerateOptions go;
+  add_sampling_flags(app, go.sampling);
+  std::string prompt, prompt_file;
+  bool stats = false, no_bos = false;
+  auto* p = app.add_option("-p,--prompt", prompt, "prompt text");
+  app.add_option("-f,--file", prompt_file, "read the prompt from a file")->excludes(p)->check(CLI::ExistingFile);
+  app.add_option("-n,--n-predict", go.max_tokens, "tokens to generate")->check(CLI::Range(0, 1 << 24))->capture_default_str();
+  app.add_flag("--no-bos", no_bos, "do not add the model's BOS token");
+  app.add_flag("--stats", stats, "print routing and expert-cache statistics at exit");
+  SLUICE_PARSE(app, argc, argv);
+  if (!prompt_file.empty()) {
+    std::ifstream in(prompt_file, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    prompt = ss.str();
+  }
+  if (prompt.empty()) fail("give a prompt with -p TEXT or -f FILE");
+
+  auto engine = Engine::load(engine_options(mf));
+  const ModelInfo& mi = engine->info();
+  fmt::print(stderr, "model: {} ({}, {} layers, {} experts top-{}), loaded in {:.2f} s\n", mf.model, mi.architecture,
+             mi.n_layer, mi.n_expert, mi.n_expert_used, engine->load_seconds());
+  fmt::print(stderr, "resident weights {:.1f} MB, routed experts {:.1f} MB; {}\n", mi.resident_bytes / 1e6,
+             mi.routed_bytes / 1e6, mi.experts_detail);
+  auto tokens = engine->tokenize(prompt, !no_bos);
+  auto session = engine->new_session();
+  std::fputs(prompt.c_str(), stdout);
+  std::fflush(stdout);
+  GenerateResult r = session->generate(tokens, go, [](int32_t, std::string_view text) {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+    return true;
+  });
+  std::fputc('\n', stdout);
+  const int n_gen = static_cast<int>(r.tokens.size());
+  fmt::print(stderr, "prefill: {} tokens in {:.3f} s ({:.2f} t/s); decode: {} tokens in {:.3f} s ({:.2f} t/s)\n",
+             r.n_prompt, r.prefill_seconds, r.n_prompt / std::max(r.prefill_seconds, 1e-9), n_gen,
+             r.decode_seconds, n_gen / std::max(r.decode_seconds, 1e-9));
+  if (stats) {
+    ExpertStats es = engine->expert_stats();
+    const double secs = r.prefill_seconds + r.decode_seconds;
+    const int n_tok = r.n_prompt + n_gen;
+    fmt::print(stderr,
+               "experts: {} requests, hit rate {:.1f} %, {} misses, {:.1f} MB read ({:.1f} MB/s), stall {:.3f} s/token, "
+               "prefetch precision {:.1f} % recall {:.1f} %\n",
+               es.requests, es.requests ? 100.0 * es.hits / es.requests : 0.0, es.misses, es.bytes_read / 1e6,
+               es.bytes_read / 1e6 / std::max(secs, 1e-9), es.stall_seconds / std::max(n_tok, 1),
+               es.prefetch_issued ? 100.0 * es.prefetch_used / es.prefetch_issued : 0.0,
+               es.requests ? 100.0 * es.prefetch_used / es.requests : 0.0);
+  }
+  return 0;
+}
+
+}  // namespace sluice::cli

@@ -1,0 +1,69 @@
+// Shared model and sampling flags.
+#include "cli/options.h"
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "core/error.h"
+#include "core/units.h"
+
+namespace sluice::cli {
+
+std::string default_model_path() {
+  if (const char* env = std::getenv("SLUICE_MODEL"); env && *env) return env;
+  const std::filesystem::path rel = "models/sluice-tiny-moe.gguf";
+#ifdef SLUICE_SOURCE_DIR
+  const std::filesystem::path src = std::filesystem::path(SLUICE_SOURCE_DIR) / rel;
+  if (std::filesystem::exists(src)) return src.string();
+#endif
+  return rel.string();
+}
+
+void add_model_flags(CLI::App& app, ModelFlags& f) {
+  f.model = default_model_path();
+  app.add_option("-m,--model", f.model, "GGUF model (first part of a split model)")->capture_default_str();
+  app.add_option("-t,--threads", f.threads, "worker threads (0: all cores)")->check(CLI::Range(0, 1024));
+  app.add_option("-c,--ctx", f.ctx, "context size in tokens")->check(CLI::Range(1, 1 << 24))->capture_default_str();
+  app.add_option("--experts", f.experts, "routed experts: auto, ram, mmap or stream")
+      ->check(CLI::IsMember({"auto", "ram", "mmap", "stream"}))->capture_default_str();
+  app.add_flag("--ssd-streaming", f.streaming, "stream routed experts from SSD (same as --experts stream)");
+  app.add_option("--ssd-streaming-cache-experts", f.cache_size, "expert cache size, e.g. 4GB, 512MiB or bytes (default: from the memory budget)");
+  app.add_option("--mem-limit", f.mem_limit, "memory budget (default: cgroup limit or available memory)");
+  app.add_option("--ssd-streaming-policy", f.policy, "expert cache eviction: lru or lfu")->check(CLI::IsMember({"lru", "lfu"}))->capture_default_str();
+  app.add_flag("--ssd-streaming-cold", f.cold, "do not preload the expert cache at startup");
+  app.add_option("--ssd-streaming-preload-experts", f.preload, "preload at most N experts")->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  app.add_flag("--no-prefetch", f.no_prefetch, "disable router-lookahead prefetch");
+  app.add_flag("--no-mlock", f.no_mlock, "do not lock the expert cache in memory");
+  app.add_flag("--debug", f.debug, "log every expert hit and miss");
+}
+
+void add_sampling_flags(CLI::App& app, SamplingOptions& s) {
+  app.add_option("--temp", s.temperature, "temperature (0: greedy)")->check(CLI::Range(0.0, 100.0))->capture_default_str();
+  app.add_option("--top-k", s.top_k, "top-k (0: off)")->check(CLI::Range(0, 1 << 24))->capture_default_str();
+  app.add_option("--top-p", s.top_p, "top-p (1: off)")->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  app.add_option("--min-p", s.min_p, "min-p (0: off)")->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  app.add_option("--repeat-penalty", s.repeat_penalty, "repetition penalty (1: off)")->check(CLI::Range(0.0, 10.0));
+  app.add_option("--presence-penalty", s.presence_penalty, "presence penalty")->check(CLI::Range(-2.0, 2.0));
+  app.add_option("--frequency-penalty", s.frequency_penalty, "frequency penalty")->check(CLI::Range(-2.0, 2.0));
+  app.add_option("--repeat-last-n", s.penalty_last_n, "tokens the penalties look back over")->check(CLI::Range(0, 1 << 20));
+  app.add_option("--seed", s.seed, "random seed");
+}
+
+EngineOptions engine_options(const ModelFlags& f) {
+  EngineOptions o;
+  o.model_path = f.model;
+  o.n_threads = f.threads;
+  o.n_ctx = f.ctx;
+  o.experts = f.streaming ? "stream" : f.experts;
+  if (!f.cache_size.empty()) o.cache_bytes = parse_byte_size(f.cache_size, "--ssd-streaming-cache-experts");
+  if (!f.mem_limit.empty()) o.mem_limit = parse_byte_size(f.mem_limit, "--mem-limit");
+  o.cache_policy = f.policy;
+  o.cold = f.cold;
+  o.preload_experts = f.preload;
+  o.prefetch = !f.no_prefetch;
+  o.lock_memory = !f.no_mlock;
+  o.debug = f.debug;
+  return o;
+}
+
+}  // namespace sluice::cli

@@ -1,0 +1,35 @@
+// Flags shared by the commands that load a model (run, chat, serve, logits, perplexity, bench):
+// one definition so every command spells and validates them the same way.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+#include "sluice/sluice.h"
+
+namespace sluice::cli {
+
+struct ModelFlags {
+  std::string model;
+  int threads = 0;
+  int ctx = 4096;
+  std::string experts = "auto";
+  std::string cache_size;   // --ssd-streaming-cache-experts
+  std::string mem_limit;    // --mem-limit
+  std::string policy = "lfu";
+  bool streaming = false, cold = false, no_prefetch = false, no_mlock = false, debug = false;
+  int64_t preload = -1;
+};
+
+// Adds -m/--model (defaulting to the embedded model), -t, -c, --experts and the streaming flags
+// (ds4-compatible names: --ssd-streaming, --ssd-streaming-cache-experts, --ssd-streaming-cold,
+// --ssd-streaming-preload-experts).
+void add_model_flags(CLI::App& app, ModelFlags& f);
+void add_sampling_flags(CLI::App& app, SamplingOptions& s);
+EngineOptions engine_options(const ModelFlags& f);
+// The model shipped with sluice: $SLUICE_MODEL, else models/sluice-tiny-moe.gguf next to the
+// source tree the binary was built from, else relative to the working directory.
+std::string default_model_path();
+
+}  // namespace sluice::cli

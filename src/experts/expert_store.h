@@ -1,0 +1,76 @@
+// The expert store: the only way the model reaches routed-expert weights. The MoE block asks for
+// the experts its tokens routed to and consumes them in the order they become ready, so experts
+// already in memory are computed while missing ones are still being read from disk.
+//
+// Lifetime: weights handed out by next() stay valid until end() for that layer; a store may reuse
+// their memory afterwards. Calls for one layer are not interleaved with another layer's.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "model/tensor.h"
+#include "ops/matmul.h"
+
+namespace sluice {
+
+// One routed expert of one layer. gate/up: (n_ff rows × n_embd); down: (n_embd rows × n_ff).
+// Biases (gpt-oss) are F32 vectors or null.
+struct ExpertWeights {
+  MatView gate{}, up{}, down{};
+  const float* gate_bias = nullptr;
+  const float* up_bias = nullptr;
+  const float* down_bias = nullptr;
+};
+
+// Where one layer's routed experts live in the model file, as tensor views. Merged layouts hold
+// (n_in, n_out, n_expert) tensors sliced per expert; the legacy Mixtral layout holds one tensor
+// per expert and role.
+struct ExpertLayerTensors {
+  Tensor gate, up, down;                 // merged: 3-D; empty in the legacy layout
+  Tensor gate_bias, up_bias, down_bias;  // merged biases (n_out, n_expert), optional
+  std::vector<Tensor> gate_each, up_each, down_each;  // legacy: one 2-D tensor per expert
+};
+
+struct ExpertLayout {
+  int n_expert = 0;
+  std::vector<ExpertLayerTensors> layers;  // indexed by layer; non-MoE layers are empty
+  bool has_layer(int il) const { return il < static_cast<int>(layers.size()) && (layers[il].gate || !layers[il].gate_each.empty()); }
+  // The weights of expert e read in place from the tensors' memory.
+  ExpertWeights in_place(int il, int e) const;
+};
+
+struct ExpertStoreStats {
+  uint64_t requests = 0;      // expert acquisitions
+  uint64_t hits = 0;          // served from memory
+  uint64_t misses = 0;        // needed a read
+  uint64_t bytes_read = 0;
+  double read_seconds = 0;    // summed read latency
+  double stall_seconds = 0;   // time the forward pass waited for reads
+  uint64_t prefetch_issued = 0;
+  uint64_t prefetch_used = 0;  // prefetched experts later requested
+};
+
+class ExpertStore {
+ public:
+  virtual ~ExpertStore() = default;
+  // Starts making experts `ids` of layer `il` available (ids are distinct).
+  virtual void begin(int il, std::span<const int32_t> ids) = 0;
+  // Waits for one requested expert not yet handed out; sets its position in `ids` and weights.
+  // Returns false when all have been handed out.
+  virtual bool next(int* index, ExpertWeights* w) = 0;
+  // The layer's experts are no longer used by the caller.
+  virtual void end() = 0;
+  // Experts layer `il` will probably need soon; a store may start reading them.
+  virtual void prefetch(int il, std::span<const int32_t> ids) {}
+  virtual ExpertStoreStats stats() const { return {}; }
+  virtual std::string describe() const = 0;
+};
+
+// Experts read in place from the model's memory (RAM or the OS page cache of the mmap).
+std::unique_ptr<ExpertStore> make_in_place_store(const ExpertLayout& layout, std::string mode);
+
+}  // namespace sluice

@@ -1,0 +1,68 @@
+// In-place expert store: every expert is "ready" at once because its bytes are addressable
+// memory (loaded copies or the mmap). Used for --experts ram and --experts mmap.
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "experts/expert_store.h"
+
+namespace sluice {
+
+ExpertWeights ExpertLayout::in_place(int il, int e) const {
+  const ExpertLayerTensors& t = layers[il];
+  ExpertWeights w;
+  if (t.gate) {
+    w.gate = t.gate.slice(e);
+    w.up = t.up.slice(e);
+    w.down = t.down.slice(e);
+    if (t.gate_bias) w.gate_bias = t.gate_bias.f32() + static_cast<int64_t>(e) * t.gate_bias.ne[0];
+    if (t.up_bias) w.up_bias = t.up_bias.f32() + static_cast<int64_t>(e) * t.up_bias.ne[0];
+    if (t.down_bias) w.down_bias = t.down_bias.f32() + static_cast<int64_t>(e) * t.down_bias.ne[0];
+  } else {
+    w.gate = t.gate_each[e].mat();
+    w.up = t.up_each[e].mat();
+    w.down = t.down_each[e].mat();
+  }
+  return w;
+}
+
+namespace {
+
+class InPlaceStore final : public ExpertStore {
+ public:
+  InPlaceStore(const ExpertLayout& layout, std::string mode) : layout_(layout), mode_(std::move(mode)) {}
+
+  void begin(int il, std::span<const int32_t> ids) override {
+    if (!layout_.has_layer(il)) fail("internal: layer {} has no routed experts", il);
+    il_ = il;
+    ids_.assign(ids.begin(), ids.end());
+    next_ = 0;
+    stats_.requests += ids.size();
+    stats_.hits += ids.size();
+  }
+  bool next(int* index, ExpertWeights* w) override {
+    if (next_ >= ids_.size()) return false;
+    *index = static_cast<int>(next_);
+    *w = layout_.in_place(il_, ids_[next_]);
+    ++next_;
+    return true;
+  }
+  void end() override { ids_.clear(); }
+  ExpertStoreStats stats() const override { return stats_; }
+  std::string describe() const override { return fmt::format("experts: {} (in place)", mode_); }
+
+ private:
+  const ExpertLayout& layout_;
+  std::string mode_;
+  int il_ = 0;
+  std::vector<int32_t> ids_;
+  size_t next_ = 0;
+  ExpertStoreStats stats_;
+};
+
+}  // namespace
+
+std::unique_ptr<ExpertStore> make_in_place_store(const ExpertLayout& layout, std::string mode) {
+  return std::make_unique<InPlaceStore>(layout, std::move(mode));
+}
+
+}  // namespace sluice

@@ -1,0 +1,22 @@
+// Registry of architecture loaders, one per archs/<family>.cpp. A plain table (not static
+// self-registration) because libsluice is a static library and unreferenced registrars vanish.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "model/model.h"
+
+namespace sluice {
+
+struct ArchEntry {
+  const char* name;  // general.architecture
+  std::unique_ptr<Model> (*load)(const gguf::File& file);
+};
+
+std::unique_ptr<Model> load_llama(const gguf::File& file);     // llama, dense or Mixtral experts
+std::unique_ptr<Model> load_qwen3(const gguf::File& file);     // qwen3 dense and qwen3moe
+
+const std::vector<ArchEntry>& arch_registry();
+
+}  // namespace sluice

@@ -1,0 +1,15 @@
+// The architecture table.
+#include "model/archs/archs.h"
+
+namespace sluice {
+
+const std::vector<ArchEntry>& arch_registry() {
+  static const std::vector<ArchEntry> table = {
+      {"llama", load_llama},
+      {"qwen3", load_qwen3},
+      {"qwen3moe", load_qwen3},
+  };
+  return table;
+}
+
+}  // namespace sluice

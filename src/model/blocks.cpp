@@ -1,0 +1,225 @@
+// Shared transformer blocks; see blocks.h. Buffers are per call: allocation is negligible next to
+// the matmuls, and it keeps blocks reentrant for batched multi-sequence steps.
+#include "model/blocks.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <vector>
+
+#include "core/error.h"
+#include "ops/attention.h"
+#include "ops/elementwise.h"
+#include "ops/matmul.h"
+
+namespace sluice {
+
+void linear(ForwardContext& ctx, const Tensor& w, const Tensor& b, const float* x, float* y) {
+  matmul(ctx.pool, w.mat(), x, ctx.n_tok, y);
+  if (b) {
+    const int64_t n_out = w.ne[1];
+    for (int64_t t = 0; t < ctx.n_tok; ++t) add_inplace(y + t * n_out, b.f32(), n_out);
+  }
+}
+
+void attention_block(ForwardContext& ctx, int il, const AttentionWeights& w, const AttentionConfig& c, float* x) {
+  const int64_t n_tok = ctx.n_tok;
+  const int64_t n_embd = w.norm.ne[0];
+  const int64_t q_dim = static_cast<int64_t>(c.n_head) * c.head_dim_k;
+  const int64_t k_dim = static_cast<int64_t>(c.n_head_kv) * c.head_dim_k;
+  const int64_t v_dim = static_cast<int64_t>(c.n_head_kv) * c.head_dim_v;
+  std::vector<float> xn(n_tok * n_embd), q(n_tok * q_dim), k(n_tok * k_dim), v(n_tok * v_dim);
+  for (int64_t t = 0; t < n_tok; ++t) rmsnorm(x + t * n_embd, w.norm.f32(), xn.data() + t * n_embd, n_embd, c.eps);
+  ctx.dump("attn_norm", il, xn.data(), n_embd);
+  linear(ctx, w.wq, w.bq, xn.data(), q.data());
+  linear(ctx, w.wk, w.bk, xn.data(), k.data());
+  linear(ctx, w.wv, w.bv, xn.data(), v.data());
+  for (int64_t t = 0; t < n_tok; ++t) {
+    float* qt = q.data() + t * q_dim;
+    float* kt = k.data() + t * k_dim;
+    if (w.q_norm)
+      for (int h = 0; h < c.n_head; ++h) rmsnorm(qt + h * c.head_dim_k, w.q_norm.f32(), qt + h * c.head_dim_k, c.head_dim_k, c.eps);
+    if (w.k_norm)
+      for (int h = 0; h < c.n_head_kv; ++h) rmsnorm(kt + h * c.head_dim_k, w.k_norm.f32(), kt + h * c.head_dim_k, c.head_dim_k, c.eps);
+    const int32_t pos = ctx.batch.pos[t];
+    c.rope->apply(qt, c.n_head, c.head_dim_k, pos);
+    c.rope->apply(kt, c.n_head_kv, c.head_dim_k, pos);
+    std::copy_n(kt, k_dim, ctx.kv.k(ctx.batch.seq[t], il, pos));
+    std::copy_n(v.data() + t * v_dim, v_dim, ctx.kv.v(ctx.batch.seq[t], il, pos));
+  }
+  ctx.dump("Qcur", il, q.data(), q_dim);
+  ctx.dump("Kcur", il, k.data(), k_dim);
+  ctx.dump("Vcur", il, v.data(), v_dim);
+
+  AttentionParams ap;
+  ap.n_head = c.n_head;
+  ap.n_head_kv = c.n_head_kv;
+  ap.head_dim_k = c.head_dim_k;
+  ap.head_dim_v = c.head_dim_v;
+  ap.scale = c.scale;
+  ap.window = c.window;
+  ap.sinks = w.sinks ? w.sinks.f32() : nullptr;
+  const int64_t o_dim = static_cast<int64_t>(c.n_head) * c.head_dim_v;
+  std::vector<float> attn(n_tok * o_dim), out(n_tok * n_embd);
+  attention(ctx.pool, ap, ctx.kv, il, q.data(), ctx.batch.seq.data(), ctx.batch.pos.data(), n_tok, attn.data());
+  ctx.dump("kqv_out", il, attn.data(), o_dim);
+  linear(ctx, w.wo, w.bo, attn.data(), out.data());
+  ctx.dump("attn_out", il, out.data(), n_embd);
+  add_inplace(x, out.data(), n_tok * n_embd);
+}
+
+void swiglu_ffn(ForwardContext& ctx, int il, const FfnWeights& w, const float* xn, float* out, const char* name) {
+  const int64_t n_ff = w.gate.ne[1];
+  std::vector<float> g(ctx.n_tok * n_ff), u(ctx.n_tok * n_ff);
+  matmul(ctx.pool, w.gate.mat(), xn, ctx.n_tok, g.data());
+  matmul(ctx.pool, w.up.mat(), xn, ctx.n_tok, u.data());
+  swiglu(g.data(), u.data(), g.data(), ctx.n_tok * n_ff);
+  matmul(ctx.pool, w.down.mat(), g.data(), ctx.n_tok, out);
+  ctx.dump(name, il, out, w.down.ne[1]);
+}
+
+namespace {
+
+float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+// Indices of the k largest values, largest first; ties keep the lower index first.
+void top_k(const float* v, int n, int k, int32_t* out) {
+  std::vector<int32_t> idx(n);
+  std::iota(idx.begin(), idx.end(), 0);
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
+    return v[a] > v[b] || (v[a] == v[b] && a < b);
+  });
+  std::copy_n(idx.begin(), k, out);
+}
+
+}  // namespace
+
+void route(ForwardContext& ctx, int il, const RouterWeights& w, const RouterConfig& c, const float* xn,
+           int32_t* ids, float* weights) {
+  const int n_exp = c.n_expert;
+  std::vector<float> logits(ctx.n_tok * n_exp);
+  linear(ctx, w.gate_inp, w.gate_inp_b, xn, logits.data());
+  ctx.dump("ffn_moe_logits", il, logits.data(), n_exp);
+  std::vector<float> probs(n_exp), select(n_exp);
+  for (int64_t t = 0; t < ctx.n_tok; ++t) {
+    const float* lt = logits.data() + t * n_exp;
+    switch (c.gating) {
+      case GatingFunc::kSoftmax:
+        std::copy_n(lt, n_exp, probs.data());
+        softmax(probs.data(), n_exp);
+        break;
+      case GatingFunc::kSigmoid:
+        for (int e = 0; e < n_exp; ++e) probs[e] = sigmoid(lt[e]);
+        break;
+      case GatingFunc::kSoftmaxWeight:
+        std::copy_n(lt, n_exp, probs.data());
+        break;
+    }
+    for (int e = 0; e < n_exp; ++e) select[e] = probs[e] + (w.exp_probs_b ? w.exp_probs_b.f32()[e] : 0.0f);
+    if (c.n_groups > 1 && c.n_groups_used < c.n_groups) {
+      // Group-limited routing: a group scores the sum of its two best selection values; experts
+      // outside the best n_groups_used groups cannot be chosen.
+      const int per_group = n_exp / c.n_groups;
+      std::vector<float> group_score(c.n_groups);
+      for (int g = 0; g < c.n_groups; ++g) {
+        int32_t best[2];
+        top_k(select.data() + g * per_group, per_group, std::min(2, per_group), best);
+        group_score[g] = select[g * per_group + best[0]] + (per_group > 1 ? select[g * per_group + best[1]] : 0.0f);
+      }
+      std::vector<int32_t> keep(c.n_groups_used);
+      top_k(group_score.data(), c.n_groups, c.n_groups_used, keep.data());
+      std::vector<bool> allowed(c.n_groups, false);
+      for (int32_t g : keep) allowed[g] = true;
+      for (int e = 0; e < n_exp; ++e)
+        if (!allowed[e / per_group]) select[e] = -std::numeric_limits<float>::infinity();
+    }
+    int32_t* it = ids + t * c.n_used;
+    float* wt = weights + t * c.n_used;
+    top_k(select.data(), n_exp, c.n_used, it);
+    for (int k = 0; k < c.n_used; ++k) wt[k] = probs[it[k]];
+    if (c.gating == GatingFunc::kSoftmaxWeight) softmax(wt, c.n_used);
+    if (c.norm) {
+      float sum = 0.0f;
+      for (int k = 0; k < c.n_used; ++k) sum += wt[k];
+      sum = std::max(sum, 6.103515625e-5f);
+      for (int k = 0; k < c.n_used; ++k) wt[k] /= sum;
+    }
+    if (c.scale != 1.0f)
+      for (int k = 0; k < c.n_used; ++k) wt[k] *= c.scale;
+  }
+}
+
+void moe_experts(ForwardContext& ctx, int il, const int32_t* ids, const float* weights, int n_used,
+                 ExpertActivation act, const float* xn, float* out) {
+  const int64_t n_tok = ctx.n_tok;
+  // Rows routed to each expert, as (token, slot) pairs; experts listed in first-use order.
+  std::vector<int32_t> experts;
+  std::vector<std::vector<int32_t>> rows_of;  // parallel to experts: token·n_used + slot
+  std::vector<int32_t> where(1, -1);
+  for (int64_t i = 0; i < n_tok * n_used; ++i) {
+    const int32_t e = ids[i];
+    if (e >= static_cast<int32_t>(where.size())) where.resize(e + 1, -1);
+    if (where[e] < 0) {
+      where[e] = static_cast<int32_t>(experts.size());
+      experts.push_back(e);
+      rows_of.emplace_back();
+    }
+    rows_of[where[e]].push_back(static_cast<int32_t>(i));
+  }
+
+  int64_t n_embd = 0;
+  std::vector<float> slot_out;  // (n_tok·n_used, n_embd): each slot's weighted expert output
+  ctx.experts.begin(il, experts);
+  int index = 0;
+  ExpertWeights w;
+  std::vector<float> xe, g, u, d;
+  while (ctx.experts.next(&index, &w)) {
+    const auto& rows = rows_of[index];
+    const int64_t m = static_cast<int64_t>(rows.size());
+    n_embd = w.gate.n_in;
+    const int64_t n_ff = w.gate.n_out;
+    if (slot_out.empty()) slot_out.assign(n_tok * n_used * n_embd, 0.0f);
+    xe.resize(m * n_embd);
+    for (int64_t r = 0; r < m; ++r) std::copy_n(xn + (rows[r] / n_used) * n_embd, n_embd, xe.data() + r * n_embd);
+    g.resize(m * n_ff);
+    u.resize(m * n_ff);
+    d.resize(m * n_embd);
+    matmul(ctx.pool, w.gate, xe.data(), m, g.data());
+    matmul(ctx.pool, w.up, xe.data(), m, u.data());
+    for (int64_t r = 0; r < m; ++r) {
+      float* gr = g.data() + r * n_ff;
+      float* ur = u.data() + r * n_ff;
+      if (w.gate_bias) add_inplace(gr, w.gate_bias, n_ff);
+      if (w.up_bias) add_inplace(ur, w.up_bias, n_ff);
+      if (act == ExpertActivation::kSwiglu) {
+        swiglu(gr, ur, gr, n_ff);
+      } else {
+        constexpr float kAlpha = 1.702f, kLimit = 7.0f;
+        for (int64_t i = 0; i < n_ff; ++i) {
+          const float x = std::min(gr[i], kLimit);
+          const float y = std::clamp(ur[i], -kLimit, kLimit);
+          gr[i] = x / (1.0f + std::exp(-kAlpha * x)) * (y + 1.0f);
+        }
+      }
+    }
+    matmul(ctx.pool, w.down, g.data(), m, d.data());
+    for (int64_t r = 0; r < m; ++r) {
+      float* dr = d.data() + r * n_embd;
+      if (w.down_bias) add_inplace(dr, w.down_bias, n_embd);
+      const float wgt = weights[rows[r]];
+      float* so = slot_out.data() + static_cast<int64_t>(rows[r]) * n_embd;
+      for (int64_t i = 0; i < n_embd; ++i) so[i] = dr[i] * wgt;
+    }
+  }
+  ctx.experts.end();
+  if (n_embd == 0) fail("internal: layer {} routed no tokens to any expert", il);
+  for (int64_t t = 0; t < n_tok; ++t) {
+    float* o = out + t * n_embd;
+    std::copy_n(slot_out.data() + t * n_used * n_embd, n_embd, o);
+    for (int k = 1; k < n_used; ++k) add_inplace(o, slot_out.data() + (t * n_used + k) * n_embd, n_embd);
+  }
+  ctx.dump("ffn_moe_out", il, out, n_embd);
+}
+
+}  // namespace sluice

@@ -1,0 +1,73 @@
+// Shared transformer blocks the architecture files compose: attention over the KV cache, dense
+// SwiGLU feed-forward, MoE routing and the expert-major MoE feed-forward. Each block reads and
+// writes row-major activations (n_tok × width) and reports its named outputs to the dump hook.
+#pragma once
+
+#include <cstdint>
+
+#include "model/model.h"
+#include "ops/rope.h"
+
+namespace sluice {
+
+// Matmul plus an optional F32 bias added to every row: y (n_tok, n_out) = x · Wᵀ + b.
+void linear(ForwardContext& ctx, const Tensor& w, const Tensor& b, const float* x, float* y);
+
+struct AttentionWeights {
+  Tensor norm;            // (n_embd)
+  Tensor wq;              // (n_embd, n_head·head_dim_k)
+  Tensor wk;              // (n_embd, n_head_kv·head_dim_k)
+  Tensor wv;              // (n_embd, n_head_kv·head_dim_v)
+  Tensor wo;              // (n_head·head_dim_v, n_embd)
+  Tensor bq, bk, bv, bo;  // optional biases of the four projections
+  Tensor q_norm, k_norm;  // optional per-head RMSNorm weights (head_dim_k)
+  Tensor sinks;           // optional (n_head) attention-sink logits
+};
+
+struct AttentionConfig {
+  int n_head = 0, n_head_kv = 0, head_dim_k = 0, head_dim_v = 0;
+  float scale = 1.0f;
+  int window = 0;
+  float eps = 1e-5f;
+  const RopeCache* rope = nullptr;
+};
+
+// x += Wo · Attention(RoPE(norm_q(Wq·n)), RoPE(norm_k(Wk·n)), Wv·n), n = RMSNorm(x).
+void attention_block(ForwardContext& ctx, int il, const AttentionWeights& w, const AttentionConfig& c, float* x);
+
+// Dense SwiGLU: out = down(silu(gate·xn) ⊙ up·xn). gate/up (n_embd, n_ff), down (n_ff, n_embd).
+struct FfnWeights {
+  Tensor gate, up, down;
+};
+void swiglu_ffn(ForwardContext& ctx, int il, const FfnWeights& w, const float* xn, float* out, const char* name);
+
+struct RouterWeights {
+  Tensor gate_inp;     // (n_embd, n_expert)
+  Tensor gate_inp_b;   // optional (n_expert) router bias
+  Tensor exp_probs_b;  // optional (n_expert) selection-only bias (DeepSeek V3, GLM)
+};
+
+struct RouterConfig {
+  int n_expert = 0, n_used = 0;
+  GatingFunc gating = GatingFunc::kSoftmax;
+  bool norm = false;        // renormalise the chosen weights to sum 1
+  float scale = 1.0f;       // then multiply them by this
+  int n_groups = 0, n_groups_used = 0;  // group-limited selection when n_groups > 1
+};
+
+// Chooses n_used experts per token: ids/weights (n_tok, n_used), in descending selection order.
+void route(ForwardContext& ctx, int il, const RouterWeights& w, const RouterConfig& c, const float* xn,
+           int32_t* ids, float* weights);
+
+enum class ExpertActivation {
+  kSwiglu,     // silu(gate) ⊙ up
+  kSwigluOai,  // gpt-oss: clamp, gate·σ(1.702·gate) ⊙ (up + 1)
+};
+
+// out (n_tok, n_embd) = Σ_k weights[t,k] · expert_{ids[t,k]}(xn[t]), evaluated expert-major: each
+// chosen expert is fetched once from the store and applied to all rows routed to it. Slot sums
+// are taken in slot order after all experts finish, so results never depend on read order.
+void moe_experts(ForwardContext& ctx, int il, const int32_t* ids, const float* weights, int n_used,
+                 ExpertActivation act, const float* xn, float* out);
+
+}  // namespace sluice

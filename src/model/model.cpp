@@ -1,0 +1,122 @@
+// Model base: embedding, layer loop, output head and the architecture registry.
+#include "model/model.h"
+
+#include <algorithm>
+#include <map>
+
+#include "core/error.h"
+#include "gguf/gguf.h"
+#include "model/archs/archs.h"
+#include "model/weights.h"
+#include "ops/elementwise.h"
+#include "ops/matmul.h"
+#include "quant/dequant.h"
+
+namespace sluice {
+
+void Model::load_embedding_and_head(const gguf::File& file) {
+  WeightLoader wl(file);
+  const gguf::TensorInfo& te = file.tensor("token_embd.weight");
+  hp_.n_vocab = static_cast<int>(te.ne[1]);
+  token_embd_ = wl.require("token_embd.weight", {hp_.n_embd, hp_.n_vocab});
+  output_norm_ = wl.require_f32("output_norm.weight", {hp_.n_embd});
+  output_ = wl.optional("output.weight", {hp_.n_embd, hp_.n_vocab});
+  if (!output_) output_ = token_embd_;
+}
+
+std::unique_ptr<KvCache> Model::make_kv_cache(int n_ctx) const {
+  std::vector<int> k(hp_.n_layer), v(hp_.n_layer);
+  for (int il = 0; il < hp_.n_layer; ++il) {
+    k[il] = kv_k_dim(il);
+    v[il] = kv_v_dim(il);
+  }
+  return std::make_unique<KvCache>(std::move(k), std::move(v), n_ctx);
+}
+
+void Model::forward(ThreadPool& pool, const Batch& batch, KvCache& kv, std::vector<float>& logits,
+                    const ActivationHook* hook) {
+  const int64_t n_tok = batch.size();
+  const int64_t n_embd = hp_.n_embd;
+  if (n_tok == 0) fail("empty batch");
+  if (!experts_) fail("internal: no expert store set");
+
+  std::map<int32_t, int32_t> seq_end;  // seq → one past the highest position in this batch
+  for (int64_t t = 0; t < n_tok; ++t) {
+    const int32_t tok = batch.tokens[t];
+    if (tok < 0 || tok >= hp_.n_vocab) fail("token id {} is outside the vocabulary (0..{})", tok, hp_.n_vocab - 1);
+    if (batch.pos[t] < 0) fail("negative position {}", batch.pos[t]);
+    int32_t& e = seq_end[batch.seq[t]];
+    e = std::max(e, batch.pos[t] + 1);
+  }
+  for (const auto& [s, end] : seq_end) kv.reserve(s, end);
+
+  std::vector<float> x(n_tok * n_embd);
+  const uint64_t row = token_embd_.row_bytes();
+  for (int64_t t = 0; t < n_tok; ++t)
+    dequantize_row(token_embd_.type, token_embd_.data + row * batch.tokens[t], x.data() + t * n_embd, n_embd);
+
+  ForwardContext ctx{pool, batch, kv, *experts_, n_tok, hook};
+  ctx.dump("inp_embd", -1, x.data(), n_embd);
+  for (int il = 0; il < hp_.n_layer; ++il) {
+    layer(ctx, il, x.data());
+    ctx.dump("l_out", il, x.data(), n_embd);
+  }
+  for (const auto& [s, end] : seq_end) kv.set_length(s, std::max(kv.length(s), end));
+
+  std::vector<float> rows;
+  for (int64_t t = 0; t < n_tok; ++t)
+    if (batch.want_logits[t]) {
+      rows.resize(rows.size() + n_embd);
+      rmsnorm(x.data() + t * n_embd, output_norm_.f32(), rows.data() + rows.size() - n_embd, n_embd, hp_.rms_eps);
+    }
+  const int64_t n_out = static_cast<int64_t>(rows.size()) / n_embd;
+  logits.resize(n_out * hp_.n_vocab);
+  if (n_out > 0) matmul(pool, output_.mat(), rows.data(), n_out, logits.data());
+}
+
+void Model::set_lookahead(int il, const Tensor& norm, const Tensor& gate_inp) {
+  if (lookahead_.size() < static_cast<size_t>(hp_.n_layer)) lookahead_.resize(hp_.n_layer);
+  lookahead_[il] = {norm, gate_inp};
+}
+
+void Model::prefetch_next(ForwardContext& ctx, int il, const float* x) {
+  const int next = il + 1;
+  if (!prefetch_ || next >= static_cast<int>(lookahead_.size()) || !lookahead_[next].gate_inp) return;
+  const LookaheadRouter& r = lookahead_[next];
+  const int64_t n_embd = hp_.n_embd;
+  const int n_exp = static_cast<int>(r.gate_inp.ne[1]);
+  std::vector<float> xn(ctx.n_tok * n_embd), logits(ctx.n_tok * n_exp);
+  for (int64_t t = 0; t < ctx.n_tok; ++t) rmsnorm(x + t * n_embd, r.norm.f32(), xn.data() + t * n_embd, n_embd, hp_.rms_eps);
+  matmul(ctx.pool, r.gate_inp.mat(), xn.data(), ctx.n_tok, logits.data());
+  // The softmax is monotonic, so the top-k of the logits is the predicted choice.
+  std::vector<uint8_t> chosen(n_exp, 0);
+  std::vector<int32_t> order(n_exp);
+  for (int64_t t = 0; t < ctx.n_tok; ++t) {
+    const float* l = logits.data() + t * n_exp;
+    for (int e = 0; e < n_exp; ++e) order[e] = e;
+    std::partial_sort(order.begin(), order.begin() + hp_.n_expert_used, order.end(),
+                      [&](int32_t a, int32_t b) { return l[a] > l[b]; });
+    for (int k = 0; k < hp_.n_expert_used; ++k) chosen[order[k]] = 1;
+  }
+  std::vector<int32_t> ids;
+  for (int e = 0; e < n_exp; ++e)
+    if (chosen[e]) ids.push_back(e);
+  ctx.experts.prefetch(next, ids);
+}
+
+std::vector<std::string> supported_architectures() {
+  std::vector<std::string> out;
+  for (const auto& a : arch_registry()) out.push_back(a.name);
+  return out;
+}
+
+std::unique_ptr<Model> load_model(const gguf::File& file) {
+  const std::string arch = file.get_string("general.architecture");
+  for (const auto& a : arch_registry())
+    if (arch == a.name) return a.load(file);
+  std::string list;
+  for (const auto& a : arch_registry()) list += (list.empty() ? "" : ", ") + std::string(a.name);
+  fail("architecture '{}' is not supported (supported: {})", arch, list);
+}
+
+}  // namespace sluice

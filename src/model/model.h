@@ -1,0 +1,109 @@
+// A loaded model: hyperparameters, resident weights (views of the GGUF mmap), the expert store
+// for routed experts, and the forward pass over a batch of tokens from one or more sequences.
+// Architectures subclass Model in archs/<arch>.cpp: they declare their tensors and write their
+// layer from the shared blocks in blocks.h.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "experts/expert_store.h"
+#include "kv/kv_cache.h"
+#include "model/hparams.h"
+#include "model/tensor.h"
+
+namespace sluice {
+
+namespace gguf { class File; }
+
+// Tokens to evaluate in one step. Tokens of one sequence must be in position order and continue
+// that sequence's KV cache (pos == current length for the first of them).
+struct Batch {
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> pos;
+  std::vector<int32_t> seq;
+  std::vector<uint8_t> want_logits;
+  void add(int32_t token, int32_t p, int32_t s, bool logits) {
+    tokens.push_back(token);
+    pos.push_back(p);
+    seq.push_back(s);
+    want_logits.push_back(logits ? 1 : 0);
+  }
+  int64_t size() const { return static_cast<int64_t>(tokens.size()); }
+  void clear() { tokens.clear(); pos.clear(); seq.clear(); want_logits.clear(); }
+};
+
+// Optional observer of named intermediates ("attn_out", layer 3, n_tok × dim values) for
+// comparing activations against a reference engine.
+using ActivationHook = std::function<void(const char* name, int layer, const float* data, int64_t rows, int64_t cols)>;
+
+// Scratch and per-step state shared by the blocks of one forward call.
+struct ForwardContext {
+  ThreadPool& pool;
+  const Batch& batch;
+  KvCache& kv;
+  ExpertStore& experts;
+  int64_t n_tok;
+  const ActivationHook* hook;
+  void dump(const char* name, int layer, const float* data, int64_t cols) const {
+    if (hook && *hook) (*hook)(name, layer, data, n_tok, cols);
+  }
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  const HParams& hparams() const { return hp_; }
+  const ExpertLayout& expert_layout() const { return expert_layout_; }
+
+  // The store must outlive forward calls; the engine picks it (in place, or streaming).
+  void set_expert_store(std::unique_ptr<ExpertStore> store) { experts_ = std::move(store); }
+  ExpertStore& experts() { return *experts_; }
+
+  // Router lookahead: before layer il's experts run, predict layer il+1's experts from the
+  // current hidden state and let the store start reading them.
+  void set_prefetch(bool on) { prefetch_ = on; }
+
+  std::unique_ptr<KvCache> make_kv_cache(int n_ctx) const;
+  // Evaluates the batch: appends every token's K/V to the cache and writes n_vocab logits per
+  // token with want_logits set, in batch order, into `logits` (resized).
+  void forward(ThreadPool& pool, const Batch& batch, KvCache& kv, std::vector<float>& logits,
+               const ActivationHook* hook = nullptr);
+
+ protected:
+  explicit Model(HParams hp) : hp_(std::move(hp)) {}
+  // Runs layer `il` on the residual stream x (n_tok × n_embd), in place.
+  virtual void layer(ForwardContext& ctx, int il, float* x) = 0;
+  // K/V widths per position for each layer (MLA stores a latent instead of heads).
+  virtual int kv_k_dim(int il) const { return hp_.n_embd_k_gqa(il); }
+  virtual int kv_v_dim(int il) const { return hp_.n_embd_v_gqa(il); }
+  // Shared by architectures: token embedding, final norm and output head (tied when absent).
+  void load_embedding_and_head(const gguf::File& file);
+  // Architectures register each MoE layer's FFN norm and router for lookahead prefetch, and call
+  // prefetch_next() with the residual stream x before running layer il's experts.
+  struct LookaheadRouter {
+    Tensor norm;      // (n_embd) the layer's FFN RMSNorm weight
+    Tensor gate_inp;  // (n_embd, n_expert)
+  };
+  void set_lookahead(int il, const Tensor& norm, const Tensor& gate_inp);
+  void prefetch_next(ForwardContext& ctx, int il, const float* x);
+
+  HParams hp_;
+  Tensor token_embd_;   // (n_embd, n_vocab)
+  Tensor output_norm_;  // (n_embd)
+  Tensor output_;       // (n_embd, n_vocab), token_embd when tied
+  ExpertLayout expert_layout_;
+  std::unique_ptr<ExpertStore> experts_;
+  std::vector<LookaheadRouter> lookahead_;  // per layer; empty tensors for dense layers
+  bool prefetch_ = false;
+};
+
+// Loads the architecture named by general.architecture; throws naming unsupported ones.
+std::unique_ptr<Model> load_model(const gguf::File& file);
+std::vector<std::string> supported_architectures();
+
+}  // namespace sluice

@@ -1,0 +1,217 @@
+// Engine and Session: the public API over model, tokenizer, KV cache and sampler. A Session keeps
+// its token history next to its KV cache so a new prompt only evaluates what differs from the
+// cached prefix; prompts are evaluated in chunks to bound activation memory.
+#include <algorithm>
+#include <thread>
+
+#include "core/error.h"
+#include "core/timer.h"
+#include "gguf/gguf.h"
+#include "model/model.h"
+#include "runtime/engine_impl.h"
+#include "runtime/expert_setup.h"
+#include "sampling/sampler.h"
+#include "sluice/sluice.h"
+#include "tokenizer/tokenizer.h"
+
+namespace sluice {
+
+namespace {
+constexpr int kPrefillChunk = 512;
+
+int default_threads() {
+  unsigned n = std::thread::hardware_concurrency();
+  return n == 0 ? 1 : static_cast<int>(n);
+}
+}  // namespace
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Engine::~Engine() = default;
+
+std::unique_ptr<Engine> Engine::load(const EngineOptions& o) {
+  Timer timer;
+  auto impl = std::make_unique<Impl>();
+  impl->options = o;
+  impl->file = gguf::File::open(o.model_path);
+  impl->model = load_model(*impl->file);
+  impl->tokenizer = Tokenizer::from_gguf(*impl->file);
+  impl->pool = std::make_unique<ThreadPool>(o.n_threads > 0 ? o.n_threads : default_threads());
+  const HParams& hp = impl->model->hparams();
+  if (impl->tokenizer->n_vocab() > hp.n_vocab)
+    fail("the tokenizer has {} tokens but the model's embedding has {} rows", impl->tokenizer->n_vocab(), hp.n_vocab);
+  if (o.experts != "auto" && o.experts != "ram" && o.experts != "mmap" && o.experts != "stream")
+    fail("--experts '{}': expected auto, ram, mmap or stream", o.experts);
+  if (o.cache_policy != "lru" && o.cache_policy != "lfu")
+    fail("--ssd-streaming-policy '{}': expected lru or lfu", o.cache_policy);
+  impl->n_ctx = o.n_ctx;
+  if (hp.n_ctx_train > 0) impl->n_ctx = std::min(impl->n_ctx, hp.n_ctx_train);
+  const uint64_t kv_bytes = impl->model->make_kv_cache(impl->n_ctx)->bytes_per_position() * impl->n_ctx;
+  const ExpertPlan plan = plan_experts(*impl->file, *impl->model, o, kv_bytes);
+  impl->model->set_expert_store(make_expert_store(*impl->file, *impl->model, o, plan));
+  impl->model->set_prefetch(o.prefetch && plan.mode == "stream");
+  const std::string mode = plan.mode;
+
+  ModelInfo& mi = impl->info;
+  mi.architecture = hp.arch;
+  mi.name = impl->file->get_string_or("general.name", "");
+  mi.n_layer = hp.n_layer;
+  mi.n_embd = hp.n_embd;
+  mi.n_vocab = hp.n_vocab;
+  mi.n_ctx_train = hp.n_ctx_train;
+  mi.n_expert = hp.n_expert;
+  mi.n_expert_used = hp.n_expert_used;
+  mi.file_bytes = impl->file->total_size();
+  mi.chat_template = impl->file->get_string_or("tokenizer.chat_template", "");
+  mi.experts_mode = mode;
+  mi.experts_detail = impl->model->experts().describe() + "; " + plan.reason;
+  mi.resident_bytes = plan.resident_bytes;
+  mi.routed_bytes = plan.routed_bytes;
+  impl->load_seconds = timer.seconds();
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+const ModelInfo& Engine::info() const { return impl_->info; }
+double Engine::load_seconds() const { return impl_->load_seconds; }
+
+std::vector<int32_t> Engine::tokenize(std::string_view text, bool add_special, bool parse_special) const {
+  return impl_->tokenizer->encode(text, add_special, parse_special);
+}
+
+std::string Engine::detokenize(std::span<const int32_t> tokens) const {
+  return impl_->tokenizer->decode(std::vector<int32_t>(tokens.begin(), tokens.end()));
+}
+
+bool Engine::is_eog(int32_t token) const { return impl_->tokenizer->is_eog(token); }
+
+ExpertStats Engine::expert_stats() const {
+  ExpertStoreStats s = impl_->model->experts().stats();
+  return {s.requests, s.hits, s.misses, s.bytes_read, s.read_seconds, s.stall_seconds, s.prefetch_issued, s.prefetch_used};
+}
+
+struct Session::Impl {
+  Engine::Impl* engine = nullptr;
+  std::unique_ptr<KvCache> kv;
+  std::vector<int32_t> tokens;  // context held in kv (sequence 0)
+  std::vector<float> logits;    // after the last evaluated token
+
+  // Evaluates tokens[from, to) at their positions; when `all` is set, keeps logits of each.
+  void run(std::span<const int32_t> toks, int from, std::vector<float>* all) {
+    Model& m = *engine->model;
+    const int n_vocab = m.hparams().n_vocab;
+    Batch b;
+    std::vector<float> out;
+    for (int start = from; start < static_cast<int>(toks.size()); start += kPrefillChunk) {
+      const int end = std::min<int>(toks.size(), start + kPrefillChunk);
+      b.clear();
+      for (int i = start; i < end; ++i) b.add(toks[i], i, 0, all != nullptr || i == end - 1);
+      try {
+        m.forward(*engine->pool, b, *kv, out);
+      } catch (...) {
+        // The cache holds only fully evaluated steps; forget the rest so the session stays usable.
+        tokens.resize(kv->length(0));
+        throw;
+      }
+      if (all) all->insert(all->end(), out.begin(), out.end());
+      logits.assign(out.end() - n_vocab, out.end());
+    }
+  }
+};
+
+Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Session::~Session() = default;
+
+std::unique_ptr<Session> Engine::new_session() {
+  auto s = std::make_unique<Session::Impl>();
+  s->engine = impl_.get();
+  s->kv = impl_->model->make_kv_cache(impl_->n_ctx);
+  return std::unique_ptr<Session>(new Session(std::move(s)));
+}
+
+int Session::n_ctx() const { return impl_->kv->n_ctx(); }
+const std::vector<int32_t>& Session::tokens() const { return impl_->tokens; }
+
+void Session::clear() {
+  impl_->tokens.clear();
+  impl_->kv->truncate(0, 0);
+}
+
+std::span<const float> Session::evaluate(std::span<const int32_t> toks) {
+  Impl& s = *impl_;
+  if (toks.empty()) fail("cannot evaluate an empty prompt");
+  if (static_cast<int>(toks.size()) > s.kv->n_ctx())
+    fail("prompt of {} tokens exceeds the context of {} tokens", toks.size(), s.kv->n_ctx());
+  size_t common = 0;
+  while (common < s.tokens.size() && common < toks.size() && s.tokens[common] == toks[common]) ++common;
+  // The last token is always re-run so its logits are fresh.
+  if (common == toks.size()) --common;
+  s.kv->truncate(0, static_cast<int>(common));
+  s.tokens.assign(toks.begin(), toks.end());
+  s.run(toks, static_cast<int>(common), nullptr);
+  return s.logits;
+}
+
+std::vector<float> Session::evaluate_all(std::span<const int32_t> toks) {
+  Impl& s = *impl_;
+  if (static_cast<int>(toks.size()) > s.kv->n_ctx())
+    fail("{} tokens exceed the context of {} tokens", toks.size(), s.kv->n_ctx());
+  clear();
+  std::vector<float> all;
+  s.tokens.assign(toks.begin(), toks.end());
+  s.run(toks, 0, &all);
+  return all;
+}
+
+GenerateResult Session::generate(std::span<const int32_t> prompt, const GenerateOptions& o, const TokenCallback& on_token) {
+  Impl& s = *impl_;
+  GenerateResult r;
+  Timer t;
+  size_t common = 0;
+  while (common < s.tokens.size() && common < prompt.size() && s.tokens[common] == prompt[common]) ++common;
+  r.n_reused = static_cast<int>(std::min(common, prompt.size() - 1));
+  r.n_prompt = static_cast<int>(prompt.size()) - r.n_reused;
+  evaluate(prompt);
+  r.prefill_seconds = t.seconds();
+  t.reset();
+
+  const SamplingOptions& so = o.sampling;
+  Sampler sampler({so.temperature, so.top_k, so.top_p, so.min_p, so.repeat_penalty, so.presence_penalty,
+                   so.frequency_penalty, so.penalty_last_n, so.seed});
+  for (int32_t tok : prompt) sampler.accept(tok);
+  StreamDecoder dec(*s.engine->tokenizer);
+  StopMatcher stops(o.stop);
+  const Tokenizer& tk = *s.engine->tokenizer;
+  for (int i = 0; i < o.max_tokens; ++i) {
+    if (static_cast<int>(s.tokens.size()) >= s.kv->n_ctx()) {
+      r.finish = FinishReason::kLength;
+      break;
+    }
+    const int32_t tok = sampler.sample(s.logits);
+    sampler.accept(tok);
+    r.tokens.push_back(tok);
+    if (o.stop_at_eog && tk.is_eog(tok)) {
+      r.finish = FinishReason::kEog;
+      break;
+    }
+    std::string piece = stops.push(dec.push(tok));
+    r.text += piece;
+    if (on_token && !on_token(tok, piece)) {
+      r.finish = FinishReason::kCancelled;
+      break;
+    }
+    if (stops.matched()) {
+      r.finish = FinishReason::kStop;
+      break;
+    }
+    s.tokens.push_back(tok);
+    s.run(s.tokens, static_cast<int>(s.tokens.size()) - 1, nullptr);
+  }
+  if (r.finish == FinishReason::kLength || r.finish == FinishReason::kEog) {
+    std::string tail = stops.flush(dec.flush());
+    r.text += tail;
+    if (on_token && !tail.empty()) on_token(-1, tail);
+  }
+  r.decode_seconds = t.seconds();
+  return r;
+}
+
+}  // namespace sluice

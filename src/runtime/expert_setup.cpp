@@ -1,0 +1,155 @@
+// Expert placement: routed experts (ffn_*_exps and the legacy per-expert tensors) are the only
+// tensors that may stay on disk; everything else is resident. In auto mode the model runs in RAM
+// when resident + routed + KV fit 80 % of the budget, streamed otherwise with a cache of
+// 80 % of the budget minus resident weights, KV and a 256 MiB margin for activations and buffers.
+#include "runtime/expert_setup.h"
+
+#include <sys/mman.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/meminfo.h"
+#include "core/units.h"
+#include "experts/stream_store.h"
+#include "gguf/gguf.h"
+#include "model/model.h"
+
+namespace sluice {
+
+namespace {
+
+constexpr uint64_t kMargin = 256ull << 20;
+
+const gguf::TensorInfo& info_of(const gguf::File& f, const Tensor& t) {
+  for (const auto& ti : f.tensors())
+    if (ti.data == t.data) return ti;
+  fail("internal: expert tensor not found in the model file");
+}
+
+ExpertFileMap file_map(const gguf::File& f, const Model& m) {
+  const ExpertLayout& L = m.expert_layout();
+  ExpertFileMap map;
+  for (size_t i = 0; i < f.n_parts(); ++i) map.part_paths.push_back(f.part_path(i));
+  map.n_layer = m.hparams().n_layer;
+  map.n_expert = L.n_expert;
+  map.ranges.resize(static_cast<size_t>(map.n_layer) * map.n_expert);
+  for (int il = 0; il < map.n_layer; ++il) {
+    if (!L.has_layer(il)) continue;
+    const ExpertLayerTensors& t = L.layers[il];
+    for (int e = 0; e < L.n_expert; ++e) {
+      auto& r = map.ranges[static_cast<size_t>(il) * L.n_expert + e];
+      if (t.gate) {
+        const Tensor* parts[3] = {&t.gate, &t.up, &t.down};
+        for (int k = 0; k < 3; ++k) {
+          const gguf::TensorInfo& ti = info_of(f, *parts[k]);
+          r[k] = {ti.file_index, ti.file_offset + static_cast<uint64_t>(e) * parts[k]->slice_bytes(), parts[k]->slice_bytes()};
+        }
+      } else {
+        const Tensor* parts[3] = {&t.gate_each[e], &t.up_each[e], &t.down_each[e]};
+        for (int k = 0; k < 3; ++k) {
+          const gguf::TensorInfo& ti = info_of(f, *parts[k]);
+          r[k] = {ti.file_index, ti.file_offset, ti.nbytes};
+        }
+      }
+    }
+  }
+  return map;
+}
+
+uint64_t routed_bytes_of(const Model& m) {
+  const ExpertLayout& L = m.expert_layout();
+  uint64_t b = 0;
+  for (int il = 0; il < static_cast<int>(L.layers.size()); ++il) {
+    if (!L.has_layer(il)) continue;
+    const ExpertLayerTensors& t = L.layers[il];
+    if (t.gate) {
+      b += (t.gate.slice_bytes() + t.up.slice_bytes() + t.down.slice_bytes()) * static_cast<uint64_t>(L.n_expert);
+    } else {
+      for (int e = 0; e < L.n_expert; ++e)
+        b += t.gate_each[e].slice_bytes() + t.up_each[e].slice_bytes() + t.down_each[e].slice_bytes();
+    }
+  }
+  return b;
+}
+
+}  // namespace
+
+std::string heat_profile_path(const std::string& model_path, uint64_t file_size) {
+  namespace fs = std::filesystem;
+  fs::path dir;
+  if (const char* d = std::getenv("SLUICE_HEAT_DIR"); d && *d) dir = d;
+  else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) dir = fs::path(x) / "sluice";
+  else if (const char* h = std::getenv("HOME"); h && *h) dir = fs::path(h) / ".cache" / "sluice";
+  else return "";
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return "";
+  return (dir / (fs::path(model_path).filename().string() + "-" + std::to_string(file_size) + ".heat")).string();
+}
+
+ExpertPlan plan_experts(const gguf::File& file, const Model& model, const EngineOptions& o, uint64_t kv_bytes) {
+  ExpertPlan p;
+  p.routed_bytes = routed_bytes_of(model);
+  p.resident_bytes = file.total_size() > p.routed_bytes ? file.total_size() - p.routed_bytes : 0;
+  uint64_t budget = o.mem_limit;
+  std::string source = "--mem-limit";
+  if (budget == 0) {
+    auto avail = read_meminfo().available_bytes();
+    budget = avail ? *avail : (8ull << 30);
+    source = avail ? "available memory" : "an assumed 8 GiB (memory not detectable)";
+  }
+  const uint64_t usable = budget / 10 * 8;
+  p.mode = o.experts;
+  if (p.routed_bytes == 0 && p.mode == "stream") p.mode = "ram";
+  if (p.mode == "auto") {
+    if (o.cache_bytes > 0) p.mode = "stream";
+    else p.mode = (p.routed_bytes == 0 || p.resident_bytes + p.routed_bytes + kv_bytes + kMargin <= usable) ? "ram" : "stream";
+  }
+  if (p.mode == "stream") {
+    if (o.cache_bytes > 0) {
+      p.cache_bytes = o.cache_bytes;
+      p.reason = "cache size set by --ssd-streaming-cache-experts";
+    } else {
+      const uint64_t fixed = p.resident_bytes + kv_bytes + kMargin;
+      if (usable <= fixed)
+        fail("the memory budget ({} from {}) leaves no room for an expert cache after {} of resident weights, {} of KV "
+             "cache and a {} margin; set --ssd-streaming-cache-experts or free memory",
+             format_bytes(budget), source, format_bytes(p.resident_bytes), format_bytes(kv_bytes), format_bytes(kMargin));
+      p.cache_bytes = std::min<uint64_t>(usable - fixed, p.routed_bytes + (64ull << 20));
+      p.reason = fmt::format("80 % of {} ({}) minus resident weights, KV and margin", source, format_bytes(budget));
+    }
+  } else {
+    p.reason = p.mode == o.experts ? "set by --experts" : fmt::format("the model fits in 80 % of {} ({})", source, format_bytes(budget));
+  }
+  return p;
+}
+
+std::unique_ptr<ExpertStore> make_expert_store(const gguf::File& file, const Model& model, const EngineOptions& o,
+                                               const ExpertPlan& plan) {
+  if (plan.mode == "ram" || plan.mode == "mmap") {
+    if (plan.mode == "ram") {
+      // Start reading everything now so the first tokens do not pay for page faults.
+      for (const auto& t : file.tensors()) {
+        const uintptr_t start = reinterpret_cast<uintptr_t>(t.data) & ~uintptr_t{4095};
+        madvise(reinterpret_cast<void*>(start), t.nbytes + (reinterpret_cast<uintptr_t>(t.data) - start), MADV_WILLNEED);
+      }
+    }
+    return make_in_place_store(model.expert_layout(), plan.mode);
+  }
+  StreamOptions so;
+  so.cache_bytes = plan.cache_bytes;
+  so.policy = o.cache_policy == "lru" ? EvictionPolicy::kLru : EvictionPolicy::kLfu;
+  so.cold = o.cold;
+  so.preload_limit = o.preload_experts;
+  so.lock_memory = o.lock_memory;
+  so.debug = o.debug;
+  so.heat_path = heat_profile_path(o.model_path, file.total_size());
+  return make_stream_store(model.expert_layout(), file_map(file, model), so, model.hparams().n_expert_used);
+}
+
+}  // namespace sluice

@@ -1,0 +1,90 @@
+// Sampling pipeline; order follows common practice (and llama.cpp's default chain): penalties →
+// top-k → temperature-scaled softmax → top-p → min-p → draw.
+#include "sampling/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+namespace sluice {
+
+int32_t argmax(std::span<const float> logits) {
+  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) {}
+
+void Sampler::reset() {
+  rng_.seed(p_.seed);
+  recent_.clear();
+  counts_.clear();
+}
+
+void Sampler::accept(int32_t token) {
+  if (p_.penalty_last_n <= 0) return;
+  recent_.push_back(token);
+  ++counts_[token];
+  if (static_cast<int>(recent_.size()) > p_.penalty_last_n) {
+    int32_t old = recent_.front();
+    recent_.pop_front();
+    if (--counts_[old] == 0) counts_.erase(old);
+  }
+}
+
+int32_t Sampler::sample(std::span<const float> logits_in) {
+  const bool penalize = p_.repeat_penalty != 1.0f || p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f;
+  std::vector<float> logits;
+  std::span<const float> l = logits_in;
+  if (penalize && !counts_.empty()) {
+    logits.assign(logits_in.begin(), logits_in.end());
+    for (const auto& [tok, n] : counts_) {
+      if (tok < 0 || tok >= static_cast<int32_t>(logits.size())) continue;
+      float& v = logits[tok];
+      if (p_.repeat_penalty != 1.0f) v = v > 0 ? v / p_.repeat_penalty : v * p_.repeat_penalty;
+      v -= static_cast<float>(n) * p_.frequency_penalty + p_.presence_penalty;
+    }
+    l = logits;
+  }
+  if (p_.temperature <= 0.0f) return argmax(l);
+
+  // Candidates sorted by logit, cut to top-k.
+  const int n = static_cast<int>(l.size());
+  const int k = p_.top_k > 0 ? std::min(p_.top_k, n) : n;
+  std::vector<int32_t> idx(n);
+  std::iota(idx.begin(), idx.end(), 0);
+  auto by_logit = [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); };
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), by_logit);
+  idx.resize(k);
+
+  std::vector<double> prob(k);
+  const double mx = l[idx[0]];
+  double sum = 0.0;
+  for (int i = 0; i < k; ++i) {
+    prob[i] = std::exp((l[idx[i]] - mx) / p_.temperature);
+    sum += prob[i];
+  }
+  for (auto& q : prob) q /= sum;
+
+  int keep = k;
+  if (p_.top_p < 1.0f) {
+    double cum = 0.0;
+    for (int i = 0; i < k; ++i) {
+      cum += prob[i];
+      if (cum >= p_.top_p) {
+        keep = i + 1;
+        break;
+      }
+    }
+  }
+  if (p_.min_p > 0.0f) {
+    const double floor = prob[0] * p_.min_p;
+    int m = 1;
+    while (m < keep && prob[m] >= floor) ++m;
+    keep = m;
+  }
+  std::discrete_distribution<int> pick(prob.begin(), prob.begin() + keep);
+  return idx[pick(rng_)];
+}
+
+}  // namespace sluice

@@ -1,0 +1,179 @@
+// Forward-pass ops against independent formulations: attention vs. a double-precision dense
+// softmax(QKᵀ)V with explicit masks (GQA, sliding window, sinks, several sequences), RoPE's
+// relative-position property and norm preservation, RMSNorm and softmax identities.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "kv/kv_cache.h"
+#include "ops/attention.h"
+#include "ops/elementwise.h"
+#include "ops/rope.h"
+
+using namespace sluice;
+
+namespace {
+
+std::vector<float> randn(size_t n, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d;
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+struct AttnCase {
+  int n_head, n_head_kv, hd, window;
+  bool sinks;
+};
+
+class AttentionTest : public ::testing::TestWithParam<AttnCase> {};
+
+TEST_P(AttentionTest, MatchesDenseReference) {
+  const AttnCase c = GetParam();
+  const int n_pos = 37;
+  KvCache kv({c.n_head_kv * c.hd}, {c.n_head_kv * c.hd}, 64);
+  // Two sequences with different contents; queries from both in one batch.
+  auto keys = randn(2 * n_pos * c.n_head_kv * c.hd, 1);
+  auto vals = randn(2 * n_pos * c.n_head_kv * c.hd, 2);
+  for (int s = 0; s < 2; ++s) {
+    kv.reserve(s, n_pos);
+    for (int p = 0; p < n_pos; ++p)
+      for (int i = 0; i < c.n_head_kv * c.hd; ++i) {
+        kv.k(s, 0, p)[i] = keys[(s * n_pos + p) * c.n_head_kv * c.hd + i];
+        kv.v(s, 0, p)[i] = vals[(s * n_pos + p) * c.n_head_kv * c.hd + i];
+      }
+  }
+  const std::vector<int32_t> seq = {0, 1, 0, 1};
+  const std::vector<int32_t> pos = {0, 5, 36, 20};
+  auto q = randn(seq.size() * c.n_head * c.hd, 3);
+  auto sinks = randn(c.n_head, 4);
+  AttentionParams ap{c.n_head, c.n_head_kv, c.hd, c.hd, 0.37f, c.window, c.sinks ? sinks.data() : nullptr};
+  std::vector<float> out(seq.size() * c.n_head * c.hd);
+  ThreadPool pool(2);
+  attention(pool, ap, kv, 0, q.data(), seq.data(), pos.data(), static_cast<int64_t>(seq.size()), out.data());
+
+  for (size_t t = 0; t < seq.size(); ++t)
+    for (int h = 0; h < c.n_head; ++h) {
+      const int kvh = h * c.n_head_kv / c.n_head;
+      std::vector<double> w(n_pos, 0.0);
+      double mx = c.sinks ? sinks[h] : -1e300;
+      std::vector<bool> visible(n_pos, false);
+      for (int k = 0; k < n_pos; ++k) {
+        visible[k] = k <= pos[t] && (c.window == 0 || pos[t] - k < c.window);
+        if (!visible[k]) continue;
+        double d = 0;
+        for (int i = 0; i < c.hd; ++i) d += double(q[(t * c.n_head + h) * c.hd + i]) * kv.k(seq[t], 0, k)[kvh * c.hd + i];
+        w[k] = d * 0.37;
+        mx = std::max(mx, w[k]);
+      }
+      double sum = c.sinks ? std::exp(sinks[h] - mx) : 0.0;
+      for (int k = 0; k < n_pos; ++k)
+        if (visible[k]) sum += (w[k] = std::exp(w[k] - mx));
+      for (int i = 0; i < c.hd; ++i) {
+        double acc = 0;
+        for (int k = 0; k < n_pos; ++k)
+          if (visible[k]) acc += w[k] * kv.v(seq[t], 0, k)[kvh * c.hd + i];
+        EXPECT_NEAR(out[(t * c.n_head + h) * c.hd + i], acc / sum, 1e-5) << "token " << t << " head " << h;
+      }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTest,
+                         ::testing::Values(AttnCase{4, 4, 16, 0, false}, AttnCase{8, 2, 32, 0, false},
+                                           AttnCase{6, 1, 8, 0, false}, AttnCase{4, 2, 16, 7, false},
+                                           AttnCase{4, 2, 16, 0, true}, AttnCase{4, 2, 16, 5, true}));
+
+TEST(Rope, DotProductDependsOnlyOnDistance) {
+  for (RopeType type : {RopeType::kNorm, RopeType::kNeox}) {
+    RopeParams p;
+    p.type = type;
+    p.n_rot = 16;
+    p.freq_base = 10000.0f;
+    RopeCache rope(p, nullptr);
+    auto q = randn(16, 5), k = randn(16, 6);
+    auto dot_at = [&](int pq, int pk) {
+      auto a = q, b = k;
+      rope.apply(a.data(), 1, 16, pq);
+      rope.apply(b.data(), 1, 16, pk);
+      double d = 0;
+      for (int i = 0; i < 16; ++i) d += double(a[i]) * b[i];
+      return d;
+    };
+    EXPECT_NEAR(dot_at(10, 3), dot_at(107, 100), 1e-3);
+    auto a = q;
+    rope.apply(a.data(), 1, 16, 0);
+    for (int i = 0; i < 16; ++i) EXPECT_FLOAT_EQ(a[i], q[i]);
+  }
+}
+
+TEST(Rope, PartialRotaryLeavesTailAndPreservesNorm) {
+  RopeParams p;
+  p.type = RopeType::kNeox;
+  p.n_rot = 8;
+  RopeCache rope(p, nullptr);
+  auto x = randn(2 * 32, 7);
+  auto y = x;
+  rope.apply(y.data(), 2, 32, 1234);
+  for (int h = 0; h < 2; ++h) {
+    double nx = 0, ny = 0;
+    for (int i = 0; i < 32; ++i) {
+      nx += double(x[h * 32 + i]) * x[h * 32 + i];
+      ny += double(y[h * 32 + i]) * y[h * 32 + i];
+      if (i >= 8) EXPECT_EQ(x[h * 32 + i], y[h * 32 + i]);
+    }
+    EXPECT_NEAR(nx, ny, 1e-3 * nx);
+  }
+}
+
+TEST(Rope, NormPairsAdjacentNeoxPairsHalves) {
+  RopeParams p;
+  p.n_rot = 4;
+  std::vector<float> e1 = {1, 0, 0, 0};
+  p.type = RopeType::kNorm;
+  RopeCache norm(p, nullptr);
+  auto a = e1;
+  norm.apply(a.data(), 1, 4, 1);
+  EXPECT_NEAR(a[0], std::cos(1.0f), 1e-6);
+  EXPECT_NEAR(a[1], std::sin(1.0f), 1e-6);
+  p.type = RopeType::kNeox;
+  RopeCache neox(p, nullptr);
+  auto b = e1;
+  neox.apply(b.data(), 1, 4, 1);
+  EXPECT_NEAR(b[0], std::cos(1.0f), 1e-6);
+  EXPECT_NEAR(b[2], std::sin(1.0f), 1e-6);
+  EXPECT_EQ(b[1], 0.0f);
+}
+
+TEST(Elementwise, RmsNormAndSoftmax) {
+  std::vector<float> x = {3, -4}, w = {2, 0.5f}, y(2);
+  rmsnorm(x.data(), w.data(), y.data(), 2, 0.0f);
+  const float inv = 1.0f / std::sqrt(12.5f);
+  EXPECT_NEAR(y[0], 3 * inv * 2, 1e-6);
+  EXPECT_NEAR(y[1], -4 * inv * 0.5f, 1e-6);
+  std::vector<float> s = {1000, 1000, 999};
+  softmax(s.data(), 3);
+  EXPECT_NEAR(s[0] + s[1] + s[2], 1.0, 1e-6);
+  EXPECT_NEAR(s[0], s[1], 1e-7);
+  EXPECT_NEAR(s[2] / s[0], std::exp(-1.0), 1e-5);
+}
+
+TEST(KvCache, BlocksGrowAndPrefixCopies) {
+  KvCache kv({4}, {4}, 1000);
+  kv.reserve(0, 600);
+  EXPECT_EQ(kv.allocated_bytes(), 3u * KvCache::kBlock * 8 * sizeof(float));
+  for (int p = 0; p < 600; ++p) kv.k(0, 0, p)[0] = static_cast<float>(p);
+  kv.set_length(0, 600);
+  kv.copy_prefix(0, 3, 300);
+  EXPECT_EQ(kv.length(3), 300);
+  EXPECT_EQ(kv.k(3, 0, 299)[0], 299.0f);
+  EXPECT_THROW(kv.reserve(1, 1001), Error);
+  kv.remove(0);
+  EXPECT_EQ(kv.length(0), 0);
+}
+
+}  // namespace
