@@ -20,6 +20,7 @@ struct Command {
 constexpr Command kCommands[] = {
     {"inspect", "show a model's architecture, tensors, sizes and a RAM verdict",
      sluice::cli::cmd_inspect},
+    {"render-template", "render a Jinja chat template with a JSON context", sluice::cli::cmd_render_template},
     {"run", "generate text from a prompt", sluice::cli::cmd_run},
     {"logits", "evaluate reference tokens and write logits as JSON", sluice::cli::cmd_logits},
     {"tokenize", "show the token ids and pieces of a text", sluice::cli::cmd_tokenize},
