@@ -18,7 +18,9 @@ void spm_encode(const Vocab& vocab, const std::array<int32_t, 256>& byte_ids, in
   };
   std::vector<Symbol> sym;
   for (size_t i = 0; i < text.size();) {
-    const size_t n = std::min(utf8::seq_len(static_cast<unsigned char>(text[i])), text.size() - i);
+    // A broken sequence is one symbol per byte, so it cannot swallow the start of the next
+    // character (an escaped space would otherwise come back as U+2581's bytes).
+    const size_t n = std::max<size_t>(1, utf8::valid_char_len(text, i));
     sym.push_back({i, n, static_cast<int>(sym.size()) - 1, static_cast<int>(sym.size()) + 1});
     i += n;
   }

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <random>
 
 #include "core/error.h"
 #include "gguf/gguf.h"
@@ -267,3 +268,38 @@ TEST(SpmTokenizer, Stories260KBosSpacePrefixAndByteFallback) {
 }
 
 }  // namespace
+
+namespace {
+
+// Random text mixing ASCII, multi-byte characters and stray bytes, from a fixed seed.
+std::string random_text(std::mt19937& rng, size_t n_chars) {
+  static const std::vector<std::string> alphabet = {"a", "Z", " ", "  ", "\n", "\t", "3", "'s", "é", "你", "🦙",
+                                                    "\xCC\x81", "\xFF", "\xE4\xBD", "<", "|", "."};
+  std::string s;
+  for (size_t i = 0; i < n_chars; ++i) s += alphabet[rng() % alphabet.size()];
+  return s;
+}
+
+}  // namespace
+
+TEST(Tokenizer, RandomTextRoundTripsThroughEveryReferenceVocab) {
+  std::mt19937 rng(1234);
+  size_t checked = 0;
+  for (const char* name : {"reference/qwen3moe-f32.gguf", "reference/mixtral-f32.gguf", "reference/deepseek2-f32.gguf",
+                           "reference/gptoss-f32.gguf", "reference/glm4moe-f32.gguf", "models/stories260K.gguf"}) {
+    const std::string path = test::testdata(name);
+    if (!std::filesystem::exists(path)) continue;
+    auto tok = load(path);
+    for (int iter = 0; iter < 50; ++iter) {
+      const std::string text = random_text(rng, 1 + rng() % 40);
+      const auto ids = tok->encode(text, false, false);
+      std::string back = tok->decode(ids);
+      // SPM prefixes a space to the text it encodes.
+      if (tok->kind() == Tokenizer::Kind::kSpm) back.erase(0, 1);
+      ASSERT_EQ(back, text) << name;
+      for (int32_t id : ids) ASSERT_TRUE(id >= 0 && id < tok->n_vocab()) << name;
+    }
+    ++checked;
+  }
+  if (checked == 0) GTEST_SKIP() << "no reference vocabularies in testdata";
+}
