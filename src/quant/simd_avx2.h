@@ -27,12 +27,6 @@ inline __m256i dot_i8(__m256i a, __m256i b) {
   return _mm256_madd_epi16(prod, _mm256_set1_epi16(1));
 }
 
-// Products of 32 unsigned bytes a (each < 64, so pair sums cannot saturate) with 32 signed bytes
-// b, as 16 int16 pair sums.
-inline __m256i dot_u8_i16(__m256i a, __m256i b) {
-  return _mm256_maddubs_epi16(a, b);
-}
-
 // 16 packed bytes into 32: low nibbles in the low 128 bits, high nibbles in the high 128 bits,
 // which is the value order of every 32-value 4-bit block (byte j holds values j and j + 16).
 inline __m256i unpack_nibbles_128(const uint8_t* p) {
