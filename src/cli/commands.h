@@ -22,5 +22,6 @@ int cmd_run(int argc, char** argv);
 int cmd_logits(int argc, char** argv);
 int cmd_tokenize(int argc, char** argv);
 int cmd_convert_tokenizer(int argc, char** argv);
+int cmd_pack_gguf(int argc, char** argv);
 
 }  // namespace sluice::cli

@@ -25,6 +25,7 @@ constexpr Command kCommands[] = {
     {"logits", "evaluate reference tokens and write logits as JSON", sluice::cli::cmd_logits},
     {"tokenize", "show the token ids and pieces of a text", sluice::cli::cmd_tokenize},
     {"convert-tokenizer", "write a vocab-only GGUF from a HF tokenizer.json", sluice::cli::cmd_convert_tokenizer},
+    {"pack-gguf", "write a GGUF from a JSON manifest of metadata and raw tensors", sluice::cli::cmd_pack_gguf},
 };
 
 void usage() {
