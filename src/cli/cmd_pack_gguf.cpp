@@ -152,8 +152,8 @@ void add_tensors(gguf::Writer& w, const Json& items, const fs::path& base) {
       fail("{}: row length must be a multiple of the {} block size {}", where, tt.name, tt.block_elems);
     uint64_t want = n / tt.block_elems * tt.block_bytes;
     if (bytes != want)
-      fail("{}: {} bytes given, but {} {} values of {} take {} bytes", where, bytes, n,
-           fmt::join(ne, "×"), tt.name, want);
+      fail("{}: {} bytes given, but {} {} values ({}) take {} bytes", where, bytes, n, tt.name,
+           fmt::join(ne, "×"), want);
     std::error_code ec;
     uint64_t size = fs::file_size(file, ec);
     if (ec) fail("{}: cannot read '{}': {}", where, file.string(), ec.message());
