@@ -205,13 +205,14 @@ ModelReport analyze_model(const gguf::File& file, const SizingOptions& opts) {
     if (auto s = expert_slice(t)) le.n_experts = std::max(le.n_experts, s->first_expert + s->n_experts);
   }
   for (auto& [key, lb] : by_layer) r.layers.push_back(lb);
-  for (const auto& [layer, le] : experts) {
-    if (le.n_experts == 0) continue;
-    const uint64_t per_expert = le.routed_bytes / static_cast<uint64_t>(le.n_experts);
+  for (const auto& entry : experts) {
+    const int layer = entry.first, n_experts = entry.second.n_experts;
+    if (n_experts == 0) continue;
+    const uint64_t per_expert = entry.second.routed_bytes / static_cast<uint64_t>(n_experts);
     auto same = std::find_if(r.expert_shapes.begin(), r.expert_shapes.end(), [&](const ExpertShape& s) {
-      return s.n_experts == le.n_experts && s.bytes_per_expert == per_expert;
+      return s.n_experts == n_experts && s.bytes_per_expert == per_expert;
     });
-    if (same == r.expert_shapes.end()) r.expert_shapes.push_back({{layer}, le.n_experts, per_expert});
+    if (same == r.expert_shapes.end()) r.expert_shapes.push_back({{layer}, n_experts, per_expert});
     else same->layers.push_back(layer);
   }
 
