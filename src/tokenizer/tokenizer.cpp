@@ -50,9 +50,19 @@ constexpr const char* kEotTexts[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<en
                                      "<|endoftext|>", "<|end_of_text|>", "<EOT>", "_<EOT>", "[EOT]",
                                      "<｜end▁of▁sentence｜>", "<end_of_utterance>"};
 
+// Builds a new string: replacing in place would move the tail once per match, quadratic in the
+// number of spaces of a long prompt.
 void replace_all(std::string& s, std::string_view from, std::string_view to) {
-  for (size_t pos = s.find(from); pos != std::string::npos; pos = s.find(from, pos + to.size()))
-    s.replace(pos, from.size(), to);
+  std::string out;
+  out.reserve(s.size());
+  size_t last = 0;
+  for (size_t pos = s.find(from); pos != std::string::npos; pos = s.find(from, last)) {
+    out.append(s, last, pos - last);
+    out.append(to);
+    last = pos + from.size();
+  }
+  out.append(s, last, std::string::npos);
+  s.swap(out);
 }
 
 // "<0x41>" → 0x41; -1 for any other text.
