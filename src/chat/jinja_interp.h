@@ -74,7 +74,7 @@ class Interpreter {
   int depth_ = 0;
 };
 
-// Builtins (jinja_builtins.cpp).
+// Builtins: filters and tests (jinja_filters.cpp), methods and globals (jinja_methods.cpp).
 Value apply_filter(Interpreter& interp, const Value& operand, const Node& filter, const EnvPtr& env);
 bool run_test(const std::string& name, const Value& operand, const std::vector<Value>& args, bool extensions);
 // Methods and properties of strings, arrays and objects (`s.strip`, `d.items`, `a.length`);
@@ -83,5 +83,18 @@ Value builtin_member(const Value& object, const std::string& name, bool extensio
 void setup_globals(Env& env, const RenderOptions& options);
 // Jinja's getattr path for map/sort attribute="a.b.0".
 Value attribute_path(const Value& item, const std::string& path);
+
+// Helpers shared by the builtins (jinja_filters.cpp).
+size_t utf16_length(std::string_view s);  // JS string length
+std::string title_case(std::string s);    // the reference's title(): ASCII word starts upper-cased
+std::string capitalize(const std::string& s);
+// The reference's ordering for sort/dictsort: numbers (and booleans) together, strings
+// (case-insensitive unless asked), null/undefined only against themselves; anything else throws.
+int compare_values(const Value& a, const Value& b, bool case_sensitive);
+Array sorted(const Array& items, bool reverse, bool case_sensitive, const std::function<Value(const Value&)>& key);
+Value pairs_of(const ObjectMap& m);  // [[key, value], ...]
+const Value* kwarg(const ObjectMap& kw, const char* name);
+// Positional argument i, else keyword argument `name`, else `fallback`.
+Value arg_or(const std::vector<Value>& args, size_t i, const ObjectMap& kw, const char* name, Value fallback);
 
 }  // namespace sluice::jinja

@@ -195,3 +195,18 @@ TEST(ChatTemplateDifferential, LiveReferenceAgrees) {
   ASSERT_FALSE(got.raised) << got.text;
   EXPECT_EQ(got.text, want) << first_difference(got.text, want);
 }
+
+TEST(ChatTemplateCli, RenderTemplateWritesTheGolden) {
+  fs::path out = test::scratch_dir() / "render_template_out.txt";
+  std::string pair = "Qwen-Qwen3-0.6B__tool_call_roundtrip";
+  std::string cmd = std::string("'") + SLUICE_BIN + "' render-template --strict --now " + std::to_string(kGoldenNow) +
+                    " -t '" + test::testdata("chat-templates/Qwen-Qwen3-0.6B.jinja") + "' -c '" +
+                    (chat_data() / "conversations/tool_call_roundtrip.json").string() + "' -o '" + out.string() + "'";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  EXPECT_EQ(slurp(out), slurp(chat_data() / "golden" / (pair + ".txt")));
+
+  std::string bad = std::string("'") + SLUICE_BIN + "' render-template -t '" +
+                    test::testdata("chat-templates/google-gemma-2-2b-it.jinja") + "' -c '" +
+                    (chat_data() / "conversations/roles_not_alternating.json").string() + "' 2>/dev/null >/dev/null";
+  EXPECT_NE(std::system(bad.c_str()), 0);
+}
