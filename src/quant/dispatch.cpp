@@ -106,15 +106,19 @@ DotKernels avx2_kernels(GgmlType weight) {
       break;
     case GgmlType::Q8_0:
       k.vec_dot = avx2::vec_dot_q8_0;
+      k.vec_dot_multi = avx2::vec_dot_q8_0_multi;
       break;
     case GgmlType::Q4_0:
       k.vec_dot = avx2::vec_dot_q4_0;
+      k.vec_dot_multi = avx2::vec_dot_q4_0_multi;
       break;
     case GgmlType::IQ4_NL:
       k.vec_dot = avx2::vec_dot_iq4_nl;
+      k.vec_dot_multi = avx2::vec_dot_iq4_nl_multi;
       break;
     case GgmlType::MXFP4:
       k.vec_dot = avx2::vec_dot_mxfp4;
+      k.vec_dot_multi = avx2::vec_dot_mxfp4_multi;
       break;
     case GgmlType::Q2_K:
       k.vec_dot = avx2::vec_dot_q2_K;

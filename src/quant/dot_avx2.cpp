@@ -4,6 +4,9 @@
 // which float terms are accumulated differs from the scalar kernels.
 #include <immintrin.h>
 
+#include <cstddef>
+#include <type_traits>
+
 #include "quant/iq_grids.h"
 #include "quant/kernels.h"
 #include "quant/simd_avx2.h"
@@ -37,12 +40,6 @@ float abs_max(const float* x, int n) {
   s = _mm_max_ps(s, _mm_movehl_ps(s, s));
   s = _mm_max_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
-}
-
-// Integer dot of a 4-bit grid block (16 bytes of nibble indices) with 32 activation bytes.
-__m256i grid_dot(const uint8_t* qs, __m256i grid, const int8_t* q8) {
-  const __m256i w = _mm256_shuffle_epi8(grid, unpack_nibbles_128(qs));
-  return dot_i8(w, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8)));
 }
 
 __m256i load_grid(const int8_t* table) {
@@ -149,55 +146,125 @@ float vec_dot_bf16(int64_t n, const void* w, const void* x) {
   return s;
 }
 
+namespace {
+
+// The 32-value types with Q8_0 activations differ only in how a block's 32 weight bytes and its
+// scale are obtained; one template covers them, for one or several activation rows at a time
+// (several rows share the unpacking, which is what prefill and expert batches reuse).
+enum class Legacy { Q8_0, Q4_0, IQ4_NL, MXFP4 };
+
+template <Legacy K>
+using LegacyBlock = std::conditional_t<
+    K == Legacy::Q8_0, BlockQ8_0,
+    std::conditional_t<K == Legacy::Q4_0, BlockQ4_0,
+                       std::conditional_t<K == Legacy::IQ4_NL, BlockIQ4NL, BlockMXFP4>>>;
+
+template <Legacy K>
+__m256i legacy_values(const LegacyBlock<K>& blk, __m256i grid) {
+  if constexpr (K == Legacy::Q8_0) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs));
+  } else if constexpr (K == Legacy::Q4_0) {
+    return _mm256_sub_epi8(unpack_nibbles_128(blk.qs), _mm256_set1_epi8(8));
+  } else {
+    return _mm256_shuffle_epi8(grid, unpack_nibbles_128(blk.qs));
+  }
+}
+
+template <Legacy K>
+float legacy_scale(const LegacyBlock<K>& blk) {
+  if constexpr (K == Legacy::MXFP4) {
+    return e8m0_to_fp32_half(blk.e);
+  } else {
+    return fp16_scalar(blk.d);
+  }
+}
+
+template <Legacy K, int NX>
+void legacy_rows(int64_t n, const void* w, const std::byte* x, uint64_t x_stride, float* out) {
+  const auto* a = static_cast<const LegacyBlock<K>*>(w);
+  __m256i grid = _mm256_setzero_si256();
+  if constexpr (K == Legacy::IQ4_NL) grid = load_grid(iq::kValuesIq4nl.data());
+  if constexpr (K == Legacy::MXFP4) grid = load_grid(iq::kValuesMxfp4.data());
+  const __m256i ones = _mm256_set1_epi16(1);
+  const BlockQ8_0* b[NX];
+  __m256 acc[NX];
+#pragma GCC unroll 4
+  for (int t = 0; t < NX; ++t) {
+    b[t] = reinterpret_cast<const BlockQ8_0*>(x + t * x_stride);
+    acc[t] = _mm256_setzero_ps();
+  }
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    // maddubs needs an unsigned left operand, so the weight's sign moves onto the activation;
+    // |w| <= 128 and |x| <= 127 keep each 16-bit pair sum below saturation. |w| is shared by
+    // all rows.
+    const __m256i wv = legacy_values<K>(a[i], grid);
+    const __m256i wabs = _mm256_sign_epi8(wv, wv);
+    const float dw = legacy_scale<K>(a[i]);
+#pragma GCC unroll 4
+    for (int t = 0; t < NX; ++t) {
+      const __m256i qb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[t][i].qs));
+      const __m256i prod =
+          _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, _mm256_sign_epi8(qb, wv)), ones);
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * fp16_scalar(b[t][i].d)),
+                               _mm256_cvtepi32_ps(prod), acc[t]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int t = 0; t < NX; ++t) out[t] = hsum(acc[t]);
+}
+
+template <Legacy K>
+float legacy_dot(int64_t n, const void* w, const void* x) {
+  float out;
+  legacy_rows<K, 1>(n, w, static_cast<const std::byte*>(x), 0, &out);
+  return out;
+}
+
+template <Legacy K>
+void legacy_multi(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x, float* out) {
+  const auto* xb = static_cast<const std::byte*>(x);
+  switch (n_x) {
+    case 1:
+      return legacy_rows<K, 1>(n, w, xb, x_stride, out);
+    case 2:
+      return legacy_rows<K, 2>(n, w, xb, x_stride, out);
+    case 3:
+      return legacy_rows<K, 3>(n, w, xb, x_stride, out);
+    default:
+      return legacy_rows<K, 4>(n, w, xb, x_stride, out);
+  }
+}
+
+}  // namespace
+
 float vec_dot_q8_0(int64_t n, const void* w, const void* x) {
-  const auto* a = static_cast<const BlockQ8_0*>(w);
-  const auto* b = static_cast<const BlockQ8_0*>(x);
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t i = 0; i < n / kQK; ++i) {
-    const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[i].qs));
-    const __m256i qb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qs));
-    const __m256 d = _mm256_set1_ps(fp16_scalar(a[i].d) * fp16_scalar(b[i].d));
-    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(qa, qb)), acc);
-  }
-  return hsum(acc);
+  return legacy_dot<Legacy::Q8_0>(n, w, x);
 }
-
 float vec_dot_q4_0(int64_t n, const void* w, const void* x) {
-  const auto* a = static_cast<const BlockQ4_0*>(w);
-  const auto* b = static_cast<const BlockQ8_0*>(x);
-  const __m256i eight = _mm256_set1_epi8(8);
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t i = 0; i < n / kQK; ++i) {
-    const __m256i qa = _mm256_sub_epi8(unpack_nibbles_128(a[i].qs), eight);
-    const __m256i qb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qs));
-    const __m256 d = _mm256_set1_ps(fp16_scalar(a[i].d) * fp16_scalar(b[i].d));
-    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(qa, qb)), acc);
-  }
-  return hsum(acc);
+  return legacy_dot<Legacy::Q4_0>(n, w, x);
 }
-
 float vec_dot_iq4_nl(int64_t n, const void* w, const void* x) {
-  const auto* a = static_cast<const BlockIQ4NL*>(w);
-  const auto* b = static_cast<const BlockQ8_0*>(x);
-  const __m256i grid = load_grid(iq::kValuesIq4nl.data());
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t i = 0; i < n / kQK; ++i) {
-    const __m256 d = _mm256_set1_ps(fp16_scalar(a[i].d) * fp16_scalar(b[i].d));
-    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(grid_dot(a[i].qs, grid, b[i].qs)), acc);
-  }
-  return hsum(acc);
+  return legacy_dot<Legacy::IQ4_NL>(n, w, x);
+}
+float vec_dot_mxfp4(int64_t n, const void* w, const void* x) {
+  return legacy_dot<Legacy::MXFP4>(n, w, x);
 }
 
-float vec_dot_mxfp4(int64_t n, const void* w, const void* x) {
-  const auto* a = static_cast<const BlockMXFP4*>(w);
-  const auto* b = static_cast<const BlockQ8_0*>(x);
-  const __m256i grid = load_grid(iq::kValuesMxfp4.data());
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t i = 0; i < n / kQK; ++i) {
-    const __m256 d = _mm256_set1_ps(e8m0_to_fp32_half(a[i].e) * fp16_scalar(b[i].d));
-    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(grid_dot(a[i].qs, grid, b[i].qs)), acc);
-  }
-  return hsum(acc);
+void vec_dot_q8_0_multi(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x,
+                        float* out) {
+  legacy_multi<Legacy::Q8_0>(n, w, x, x_stride, n_x, out);
+}
+void vec_dot_q4_0_multi(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x,
+                        float* out) {
+  legacy_multi<Legacy::Q4_0>(n, w, x, x_stride, n_x, out);
+}
+void vec_dot_iq4_nl_multi(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x,
+                          float* out) {
+  legacy_multi<Legacy::IQ4_NL>(n, w, x, x_stride, n_x, out);
+}
+void vec_dot_mxfp4_multi(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x,
+                         float* out) {
+  legacy_multi<Legacy::MXFP4>(n, w, x, x_stride, n_x, out);
 }
 
 float vec_dot_iq4_xs(int64_t n, const void* w, const void* x) {

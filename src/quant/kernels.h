@@ -72,6 +72,14 @@ float vec_dot_q5_K(int64_t n, const void* w, const void* x);
 float vec_dot_q6_K(int64_t n, const void* w, const void* x);
 float vec_dot_iq4_xs(int64_t n, const void* w, const void* x);
 
+void vec_dot_q8_0_multi(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x,
+                        float* out);
+void vec_dot_q4_0_multi(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x,
+                        float* out);
+void vec_dot_iq4_nl_multi(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x,
+                          float* out);
+void vec_dot_mxfp4_multi(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x,
+                         float* out);
 void vec_dot_q4_K_multi(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x,
                         float* out);
 void vec_dot_q5_K_multi(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x,

@@ -19,14 +19,6 @@ inline float fp16_scalar(uint16_t h) {
   return _cvtsh_ss(h);
 }
 
-// Sum of products of 32 signed bytes, as 8 int32 partial sums. maddubs needs an unsigned left
-// operand, so the sign of a moves onto b; |a| <= 128 and |b| <= 127 keep each 16-bit pair sum
-// within 2 * 128 * 127, below the saturation point.
-inline __m256i dot_i8(__m256i a, __m256i b) {
-  const __m256i prod = _mm256_maddubs_epi16(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
-  return _mm256_madd_epi16(prod, _mm256_set1_epi16(1));
-}
-
 // 16 packed bytes into 32: low nibbles in the low 128 bits, high nibbles in the high 128 bits,
 // which is the value order of every 32-value 4-bit block (byte j holds values j and j + 16).
 inline __m256i unpack_nibbles_128(const uint8_t* p) {

@@ -265,7 +265,8 @@ TEST(Dispatch, SluiceNoSimdForcesScalar) {
 TEST(VecDotMulti, MatchesScalarPerRow) {
   if (!cpu_has_avx2()) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
   std::mt19937 rng(21);
-  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::IQ4_NL, GgmlType::MXFP4,
+                     GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
     const DotKernels s = dot_kernels(t, Isa::Scalar);
     const DotKernels v = dot_kernels(t, Isa::Avx2);
     ASSERT_NE(v.vec_dot_multi, nullptr) << type_name(t);
@@ -286,7 +287,7 @@ TEST(VecDotMulti, MatchesScalarPerRow) {
         v.vec_dot_multi(n, w.data(), xq.data(), stride, n_x, out);
         for (int k = 0; k < n_x; ++k) {
           const float want = s.vec_dot(n, w.data(), xq.data() + k * stride);
-          EXPECT_NEAR(out[k], want, 2 * float_tolerance(refs[k], n / kQKK))
+          EXPECT_NEAR(out[k], want, 2 * float_tolerance(refs[k], n / type_traits(t).block_elems))
               << type_name(t) << " n " << n << " n_x " << n_x << " row " << k;
         }
       }
