@@ -86,7 +86,7 @@ Token naive_token(const Dims& d, const MlaWeights& w, const MlaConfig& c, const 
   Token tk;
   std::vector<double> xd(x, x + d.n_embd);
   std::vector<double> xn = rms(xd, w.norm, c.eps);
-  tk.q = matvec(w.wq_b, rms(matvec(w.wq_a, xn), w.q_a_norm, c.eps));
+  tk.q = w.wq_a ? matvec(w.wq_b, rms(matvec(w.wq_a, xn), w.q_a_norm, c.eps)) : matvec(w.wq, xn);
   std::vector<double> kv = matvec(w.wkv_a, xn);
   std::vector<double> lat(kv.begin(), kv.begin() + d.kv_lora);
   lat = rms(lat, w.kv_a_norm, c.eps);
@@ -129,14 +129,19 @@ std::vector<double> naive_out(const Dims& d, const MlaWeights& w, const MlaConfi
   return out;
 }
 
-TEST(Mla, AbsorbedEqualsDecompressedAttention) {
+// q_lora: the query goes through attn_q_a → norm → attn_q_b (V3), else one attn_q (V2-Lite).
+void check_absorbed_equals_decompressed(bool q_lora) {
   const Dims d;
   RandomWeights rw;
   MlaWeights w;
   w.norm = rw.make(d.n_embd, 1, 1, 0.1f, 1.0f);
-  w.wq_a = rw.make(d.n_embd, d.q_lora, 1, 0.3f);
-  w.q_a_norm = rw.make(d.q_lora, 1, 1, 0.1f, 1.0f);
-  w.wq_b = rw.make(d.q_lora, d.n_head * (d.nope + d.n_rot), 1, 0.3f);
+  if (q_lora) {
+    w.wq_a = rw.make(d.n_embd, d.q_lora, 1, 0.3f);
+    w.q_a_norm = rw.make(d.q_lora, 1, 1, 0.1f, 1.0f);
+    w.wq_b = rw.make(d.q_lora, d.n_head * (d.nope + d.n_rot), 1, 0.3f);
+  } else {
+    w.wq = rw.make(d.n_embd, d.n_head * (d.nope + d.n_rot), 1, 0.3f);
+  }
   w.wkv_a = rw.make(d.n_embd, d.kv_lora + d.n_rot, 1, 0.3f);
   w.kv_a_norm = rw.make(d.kv_lora, 1, 1, 0.1f, 1.0f);
   w.wk_b = rw.make(d.nope, d.kv_lora, d.n_head, 0.3f);
@@ -191,5 +196,8 @@ TEST(Mla, AbsorbedEqualsDecompressedAttention) {
     for (int64_t t = 0; t < n_tok; ++t) kv.set_length(b.seq[t], std::max(kv.length(b.seq[t]), b.pos[t] + 1));
   }
 }
+
+TEST(Mla, AbsorbedEqualsDecompressedWithQueryLora) { check_absorbed_equals_decompressed(true); }
+TEST(Mla, AbsorbedEqualsDecompressedWithPlainQuery) { check_absorbed_equals_decompressed(false); }
 
 }  // namespace
