@@ -1,0 +1,113 @@
+// gpt-oss (OpenAI's open-weight MoE, llama.cpp's OPENAI_MOE). Per layer: RMSNorm → GQA attention
+// with q/k/v/o biases, NeoX RoPE (YaRN in real files), per-head attention sinks and a sliding
+// window on even layers (llama.cpp's swa pattern 2: layer 0 is windowed, odd layers see the whole
+// context) → residual → RMSNorm (post_attention_norm) → MoE: router with bias, top-k of the
+// logits, softmax over the chosen logits, experts with biases and the clamped gpt-oss SwiGLU
+// (gate·σ(1.702·gate)·(up + 1)) → residual. Every layer is MoE; there is no shared expert.
+#include <cmath>
+#include <memory>
+
+#include "core/error.h"
+#include "gguf/gguf.h"
+#include "model/blocks.h"
+#include "model/weights.h"
+#include "ops/elementwise.h"
+
+namespace sluice {
+
+namespace {
+
+class GptOss final : public Model {
+ public:
+  explicit GptOss(const gguf::File& f) : Model(read_hparams(f)) {
+    hp_.rope.type = RopeType::kNeox;
+    if (hp_.n_expert == 0) fail("gpt-oss model without {}.expert_count", hp_.arch);
+    if (hp_.sliding_window <= 0) fail("gpt-oss model without {}.attention.sliding_window", hp_.arch);
+    // llama.cpp hard-codes the pattern for gpt-oss: of every two layers the first is windowed.
+    for (int il = 0; il < hp_.n_layer; ++il) hp_.swa_layers[il] = il % 2 == 0;
+    // llama.cpp views each head as n_rot values and scales q·k by 1/sqrt(n_rot): both assume
+    // fully rotated heads.
+    const int64_t hd = hp_.head_dim_k;
+    if (hp_.head_dim_v != hd || hp_.rope.n_rot != hd)
+      fail("gpt-oss: head sizes k {} / v {} and rotated dims {} must agree", hd, hp_.head_dim_v, hp_.rope.n_rot);
+    load_embedding_and_head(f);
+    const int64_t n_embd = hp_.n_embd;
+    const int64_t ne = hp_.n_expert;
+    const int64_t n_ff = hp_.n_ff_exp ? hp_.n_ff_exp : hp_.n_ff[0];
+    WeightLoader wl(f);
+    layers_.resize(hp_.n_layer);
+    expert_layout_.n_expert = hp_.n_expert;
+    expert_layout_.layers.resize(hp_.n_layer);
+    for (int il = 0; il < hp_.n_layer; ++il) {
+      auto n = [&](const char* what) { return WeightLoader::layer_name(il, what); };
+      Layer& L = layers_[il];
+      const int64_t q_dim = hp_.n_head[il] * hd, kv_dim = hp_.n_head_kv[il] * hd;
+      L.attn.norm = wl.require_f32(n("attn_norm.weight"), {n_embd});
+      L.attn.wq = wl.require(n("attn_q.weight"), {n_embd, q_dim});
+      L.attn.wk = wl.require(n("attn_k.weight"), {n_embd, kv_dim});
+      L.attn.wv = wl.require(n("attn_v.weight"), {n_embd, kv_dim});
+      L.attn.wo = wl.require(n("attn_output.weight"), {q_dim, n_embd});
+      L.attn.bq = wl.require_f32(n("attn_q.bias"), {q_dim});
+      L.attn.bk = wl.require_f32(n("attn_k.bias"), {kv_dim});
+      L.attn.bv = wl.require_f32(n("attn_v.bias"), {kv_dim});
+      L.attn.bo = wl.require_f32(n("attn_output.bias"), {n_embd});
+      L.attn.sinks = wl.require_f32(n("attn_sinks.weight"), {hp_.n_head[il]});
+      L.post_norm = wl.require_f32(n("post_attention_norm.weight"), {n_embd});
+      L.router.gate_inp = wl.require(n("ffn_gate_inp.weight"), {n_embd, ne});
+      L.router.gate_inp_b = wl.require_f32(n("ffn_gate_inp.bias"), {ne});
+      set_lookahead(il, L.post_norm, L.router.gate_inp);
+      ExpertLayerTensors& E = expert_layout_.layers[il];
+      E.gate = wl.require(n("ffn_gate_exps.weight"), {n_embd, n_ff, ne});
+      E.up = wl.require(n("ffn_up_exps.weight"), {n_embd, n_ff, ne});
+      E.down = wl.require(n("ffn_down_exps.weight"), {n_ff, n_embd, ne});
+      E.gate_bias = wl.require_f32(n("ffn_gate_exps.bias"), {n_ff, ne});
+      E.up_bias = wl.require_f32(n("ffn_up_exps.bias"), {n_ff, ne});
+      E.down_bias = wl.require_f32(n("ffn_down_exps.bias"), {n_embd, ne});
+    }
+    rope_ = std::make_unique<RopeCache>(hp_.rope, nullptr);
+  }
+
+ protected:
+  void layer(ForwardContext& ctx, int il, float* x) override {
+    const Layer& L = layers_[il];
+    AttentionConfig ac;
+    ac.n_head = hp_.n_head[il];
+    ac.n_head_kv = hp_.n_head_kv[il];
+    ac.head_dim_k = ac.head_dim_v = hp_.head_dim_k;
+    ac.scale = 1.0f / std::sqrt(static_cast<float>(hp_.rope.n_rot));
+    ac.window = hp_.swa_layers[il] ? hp_.sliding_window : 0;
+    ac.eps = hp_.rms_eps;
+    ac.rope = rope_.get();
+    attention_block(ctx, il, L.attn, ac, x);
+    prefetch_next(ctx, il, x);
+
+    const int64_t n_embd = hp_.n_embd;
+    std::vector<float> xn(ctx.n_tok * n_embd), out(ctx.n_tok * n_embd);
+    for (int64_t t = 0; t < ctx.n_tok; ++t) rmsnorm(x + t * n_embd, L.post_norm.f32(), xn.data() + t * n_embd, n_embd, hp_.rms_eps);
+    ctx.dump("attn_post_norm", il, xn.data(), n_embd);
+    RouterConfig rc;
+    rc.n_expert = hp_.n_expert;
+    rc.n_used = hp_.n_expert_used;
+    rc.gating = GatingFunc::kSoftmaxWeight;  // llama.cpp passes it explicitly, whatever the file says
+    std::vector<int32_t> ids(ctx.n_tok * rc.n_used);
+    std::vector<float> w(ctx.n_tok * rc.n_used);
+    route(ctx, il, L.router, rc, xn.data(), ids.data(), w.data());
+    moe_experts(ctx, il, ids.data(), w.data(), rc.n_used, ExpertActivation::kSwigluOai, xn.data(), out.data());
+    add_inplace(x, out.data(), ctx.n_tok * n_embd);
+  }
+
+ private:
+  struct Layer {
+    AttentionWeights attn;
+    Tensor post_norm;       // (n_embd) RMSNorm before the MoE
+    RouterWeights router;   // gate_inp (n_embd, n_expert), gate_inp_b (n_expert)
+  };
+  std::vector<Layer> layers_;
+  std::unique_ptr<RopeCache> rope_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> load_gptoss(const gguf::File& file) { return std::make_unique<GptOss>(file); }
+
+}  // namespace sluice
