@@ -6,6 +6,7 @@ namespace sluice {
 const std::vector<ArchEntry>& arch_registry() {
   static const std::vector<ArchEntry> table = {
       {"deepseek2", load_deepseek2},
+      {"glm4moe", load_glm4moe},
       {"gpt-oss", load_gptoss},
       {"llama", load_llama},
       {"qwen3", load_qwen3},

@@ -1,0 +1,139 @@
+// GLM-4.5 / GLM-4.6 (llama.cpp's GLM4_MOE). Per layer: RMSNorm → GQA attention with q/k/v biases,
+// optional per-head QK RMSNorm (GLM-4.5 355B) and partial NeoX RoPE (rope.dimension_count of the
+// head's dims, the rest pass through) → residual → RMSNorm (post_attention_norm) → a dense SwiGLU
+// FFN for the first leading_dense_block_count layers, else MoE: sigmoid router whose selection adds
+// exp_probs_b, weights renormalised and scaled, SwiGLU experts, plus an always-on shared expert →
+// residual. Real files append nextn_predict_layers multi-token-prediction layers to block_count;
+// llama.cpp loads but never runs them, and so they are neither loaded nor given KV cache here.
+#include <cmath>
+#include <memory>
+
+#include "core/error.h"
+#include "gguf/gguf.h"
+#include "model/blocks.h"
+#include "model/weights.h"
+#include "ops/elementwise.h"
+
+namespace sluice {
+
+namespace {
+
+class Glm4Moe final : public Model {
+ public:
+  explicit Glm4Moe(const gguf::File& f) : Model(read_hparams(f)) {
+    const std::string a = hp_.arch + ".";
+    // Multimodal GLM files rotate sections by separate position streams (M-RoPE).
+    if (f.has(a + "rope.dimension_sections"))
+      for (int64_t s : f.get_int_array(a + "rope.dimension_sections"))
+        if (s != 0) fail("{}: M-RoPE (rope.dimension_sections) is not supported", hp_.arch);
+    hp_.rope.type = RopeType::kNeox;
+    if (hp_.n_expert == 0) fail("glm4moe model without {}expert_count", a);
+    if (hp_.n_expert_shared < 1) fail("glm4moe model without a shared expert ({}expert_shared_count)", a);
+    if (!f.has(a + "expert_gating_func")) hp_.gating = GatingFunc::kSigmoid;  // what GLM-4.5 trains with
+    const int64_t nextn = f.get_int_or(a + "nextn_predict_layers", 0);
+    if (nextn < 0 || nextn >= hp_.n_layer)
+      fail("metadata key '{}nextn_predict_layers' is {}, expected 0..{}", a, nextn, hp_.n_layer - 1);
+    hp_.n_layer -= static_cast<int>(nextn);
+    const int64_t hd = hp_.head_dim_k;
+    if (hp_.head_dim_v != hd) fail("{}: key and value head sizes differ ({} vs {})", hp_.arch, hd, hp_.head_dim_v);
+    load_embedding_and_head(f);
+    const int64_t n_embd = hp_.n_embd;
+    const int64_t ne = hp_.n_expert;
+    const int64_t n_ff_exp = hp_.n_ff_exp ? hp_.n_ff_exp : hp_.n_ff[0];
+    const int64_t n_ff_sh = f.has(a + "expert_shared_feed_forward_length") ? hp_.n_ff_shexp : n_ff_exp * hp_.n_expert_shared;
+    WeightLoader wl(f);
+    layers_.resize(hp_.n_layer);
+    expert_layout_.n_expert = hp_.n_expert;
+    expert_layout_.layers.resize(hp_.n_layer);
+    for (int il = 0; il < hp_.n_layer; ++il) {
+      auto n = [&](const char* what) { return WeightLoader::layer_name(il, what); };
+      Layer& L = layers_[il];
+      const int64_t q_dim = hp_.n_head[il] * hd, kv_dim = hp_.n_head_kv[il] * hd;
+      L.attn.norm = wl.require_f32(n("attn_norm.weight"), {n_embd});
+      L.attn.wq = wl.require(n("attn_q.weight"), {n_embd, q_dim});
+      L.attn.wk = wl.require(n("attn_k.weight"), {n_embd, kv_dim});
+      L.attn.wv = wl.require(n("attn_v.weight"), {n_embd, kv_dim});
+      L.attn.wo = wl.require(n("attn_output.weight"), {q_dim, n_embd});
+      L.attn.bq = wl.optional_f32(n("attn_q.bias"), {q_dim});
+      L.attn.bk = wl.optional_f32(n("attn_k.bias"), {kv_dim});
+      L.attn.bv = wl.optional_f32(n("attn_v.bias"), {kv_dim});
+      L.attn.q_norm = wl.optional_f32(n("attn_q_norm.weight"), {hd});
+      L.attn.k_norm = wl.optional_f32(n("attn_k_norm.weight"), {hd});
+      L.post_norm = wl.require_f32(n("post_attention_norm.weight"), {n_embd});
+      if (!hp_.is_moe_layer(il)) {
+        const int64_t n_ff = hp_.n_ff[il];
+        L.ffn.gate = wl.require(n("ffn_gate.weight"), {n_embd, n_ff});
+        L.ffn.up = wl.require(n("ffn_up.weight"), {n_embd, n_ff});
+        L.ffn.down = wl.require(n("ffn_down.weight"), {n_ff, n_embd});
+        continue;
+      }
+      L.router.gate_inp = wl.require(n("ffn_gate_inp.weight"), {n_embd, ne});
+      L.router.exp_probs_b = wl.require_f32(n("exp_probs_b.bias"), {ne});
+      set_lookahead(il, L.post_norm, L.router.gate_inp);
+      ExpertLayerTensors& E = expert_layout_.layers[il];
+      E.gate = wl.require(n("ffn_gate_exps.weight"), {n_embd, n_ff_exp, ne});
+      E.up = wl.require(n("ffn_up_exps.weight"), {n_embd, n_ff_exp, ne});
+      E.down = wl.require(n("ffn_down_exps.weight"), {n_ff_exp, n_embd, ne});
+      L.shexp.gate = wl.require(n("ffn_gate_shexp.weight"), {n_embd, n_ff_sh});
+      L.shexp.up = wl.require(n("ffn_up_shexp.weight"), {n_embd, n_ff_sh});
+      L.shexp.down = wl.require(n("ffn_down_shexp.weight"), {n_ff_sh, n_embd});
+    }
+    rope_ = std::make_unique<RopeCache>(hp_.rope, nullptr);
+  }
+
+ protected:
+  void layer(ForwardContext& ctx, int il, float* x) override {
+    const Layer& L = layers_[il];
+    AttentionConfig ac;
+    ac.n_head = hp_.n_head[il];
+    ac.n_head_kv = hp_.n_head_kv[il];
+    ac.head_dim_k = ac.head_dim_v = hp_.head_dim_k;
+    ac.scale = 1.0f / std::sqrt(static_cast<float>(hp_.head_dim_k));
+    ac.eps = hp_.rms_eps;
+    ac.rope = rope_.get();
+    attention_block(ctx, il, L.attn, ac, x);
+    prefetch_next(ctx, il, x);
+
+    const int64_t n_embd = hp_.n_embd;
+    std::vector<float> xn(ctx.n_tok * n_embd), out(ctx.n_tok * n_embd);
+    for (int64_t t = 0; t < ctx.n_tok; ++t) rmsnorm(x + t * n_embd, L.post_norm.f32(), xn.data() + t * n_embd, n_embd, hp_.rms_eps);
+    ctx.dump("post_attn_norm", il, xn.data(), n_embd);
+    if (!hp_.is_moe_layer(il)) {
+      swiglu_ffn(ctx, il, L.ffn, xn.data(), out.data(), "ffn_out");
+    } else {
+      RouterConfig rc;
+      rc.n_expert = hp_.n_expert;
+      rc.n_used = hp_.n_expert_used;
+      rc.gating = hp_.gating;
+      rc.norm = hp_.expert_weights_norm;
+      rc.scale = hp_.expert_weights_scale;
+      rc.n_groups = hp_.n_expert_groups;
+      rc.n_groups_used = hp_.n_group_used;
+      std::vector<int32_t> ids(ctx.n_tok * rc.n_used);
+      std::vector<float> w(ctx.n_tok * rc.n_used);
+      route(ctx, il, L.router, rc, xn.data(), ids.data(), w.data());
+      moe_experts(ctx, il, ids.data(), w.data(), rc.n_used, ExpertActivation::kSwiglu, xn.data(), out.data());
+      std::vector<float> shared(ctx.n_tok * n_embd);
+      swiglu_ffn(ctx, il, L.shexp, xn.data(), shared.data(), "ffn_shexp_out");
+      add_inplace(out.data(), shared.data(), ctx.n_tok * n_embd);
+    }
+    add_inplace(x, out.data(), ctx.n_tok * n_embd);
+  }
+
+ private:
+  struct Layer {
+    AttentionWeights attn;
+    Tensor post_norm;      // (n_embd) RMSNorm before the FFN
+    FfnWeights ffn;        // leading dense layers: gate/up (n_embd, n_ff), down (n_ff, n_embd)
+    RouterWeights router;  // MoE layers: gate_inp (n_embd, n_expert), exp_probs_b (n_expert)
+    FfnWeights shexp;      // MoE layers: gate/up (n_embd, n_ff_shexp), down (n_ff_shexp, n_embd)
+  };
+  std::vector<Layer> layers_;
+  std::unique_ptr<RopeCache> rope_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> load_glm4moe(const gguf::File& file) { return std::make_unique<Glm4Moe>(file); }
+
+}  // namespace sluice
