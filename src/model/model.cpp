@@ -2,6 +2,7 @@
 #include "model/model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "core/error.h"
@@ -74,9 +75,9 @@ void Model::forward(ThreadPool& pool, const Batch& batch, KvCache& kv, std::vect
   if (n_out > 0) matmul(pool, output_.mat(), rows.data(), n_out, logits.data());
 }
 
-void Model::set_lookahead(int il, const Tensor& norm, const Tensor& gate_inp) {
+void Model::set_lookahead(int il, const Tensor& norm, const Tensor& gate_inp, const Tensor& exp_probs_b) {
   if (lookahead_.size() < static_cast<size_t>(hp_.n_layer)) lookahead_.resize(hp_.n_layer);
-  lookahead_[il] = {norm, gate_inp};
+  lookahead_[il] = {norm, gate_inp, exp_probs_b};
 }
 
 void Model::prefetch_next(ForwardContext& ctx, int il, const float* x) {
@@ -88,11 +89,20 @@ void Model::prefetch_next(ForwardContext& ctx, int il, const float* x) {
   std::vector<float> xn(ctx.n_tok * n_embd), logits(ctx.n_tok * n_exp);
   for (int64_t t = 0; t < ctx.n_tok; ++t) rmsnorm(x + t * n_embd, r.norm.f32(), xn.data() + t * n_embd, n_embd, hp_.rms_eps);
   matmul(ctx.pool, r.gate_inp.mat(), xn.data(), ctx.n_tok, logits.data());
-  // The softmax is monotonic, so the top-k of the logits is the predicted choice.
+  // Softmax and sigmoid are monotonic, so the top-k of the logits is the predicted choice unless
+  // a selection bias is added to the gate probabilities (DeepSeek V3, GLM): then rank as route()
+  // does, less the group limit.
   std::vector<uint8_t> chosen(n_exp, 0);
   std::vector<int32_t> order(n_exp);
   for (int64_t t = 0; t < ctx.n_tok; ++t) {
-    const float* l = logits.data() + t * n_exp;
+    float* l = logits.data() + t * n_exp;
+    if (r.exp_probs_b) {
+      if (hp_.gating == GatingFunc::kSigmoid)
+        for (int e = 0; e < n_exp; ++e) l[e] = 1.0f / (1.0f + std::exp(-l[e]));
+      else if (hp_.gating == GatingFunc::kSoftmax)
+        softmax(l, n_exp);
+      add_inplace(l, r.exp_probs_b.f32(), n_exp);
+    }
     for (int e = 0; e < n_exp; ++e) order[e] = e;
     std::partial_sort(order.begin(), order.begin() + hp_.n_expert_used, order.end(),
                       [&](int32_t a, int32_t b) { return l[a] > l[b]; });

@@ -86,10 +86,11 @@ class Model {
   // Architectures register each MoE layer's FFN norm and router for lookahead prefetch, and call
   // prefetch_next() with the residual stream x before running layer il's experts.
   struct LookaheadRouter {
-    Tensor norm;      // (n_embd) the layer's FFN RMSNorm weight
-    Tensor gate_inp;  // (n_embd, n_expert)
+    Tensor norm;         // (n_embd) the layer's FFN RMSNorm weight
+    Tensor gate_inp;     // (n_embd, n_expert)
+    Tensor exp_probs_b;  // optional (n_expert) selection bias added to the gate probabilities
   };
-  void set_lookahead(int il, const Tensor& norm, const Tensor& gate_inp);
+  void set_lookahead(int il, const Tensor& norm, const Tensor& gate_inp, const Tensor& exp_probs_b = Tensor{});
   void prefetch_next(ForwardContext& ctx, int il, const float* x);
 
   HParams hp_;

@@ -93,7 +93,7 @@ class DeepSeek2 final : public Model {
         if (n_ff <= 0) fail("{}: MoE layer {} needs {}expert_feed_forward_length", hp_.arch, il, a);
         L.router.gate_inp = wl.require(n("ffn_gate_inp.weight"), {n_embd, ne});
         L.router.exp_probs_b = wl.optional_f32(n("exp_probs_b.bias"), {ne});
-        set_lookahead(il, L.ffn_norm, L.router.gate_inp);
+        set_lookahead(il, L.ffn_norm, L.router.gate_inp, L.router.exp_probs_b);
         ExpertLayerTensors& E = expert_layout_.layers[il];
         E.gate = wl.require(n("ffn_gate_exps.weight"), {n_embd, n_ff, ne});
         E.up = wl.require(n("ffn_up_exps.weight"), {n_embd, n_ff, ne});
