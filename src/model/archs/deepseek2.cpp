@@ -8,8 +8,8 @@
 // Two GGUF layouts: current converters split the KV up-projection into attn_k_b/attn_v_b and
 // write key_length_mla/value_length_mla (key_length is then kv_lora+n_rot); older files carry one
 // attn_kv_b (kv_lora → n_head·(nope+v)). For those, W_kb is transposed and W_vb gathered into
-// resident fp32 copies at load (n_head·kv_lora·(nope+v) floats per layer: 4 MiB per layer for
-// V2-Lite), because absorption needs W_kb transposed.
+// resident fp32 copies at load (n_head·kv_lora·(nope+v) floats per layer: 8 MiB per layer for
+// V2-Lite, 64 MiB for V3), because absorption needs W_kb transposed.
 #include <cmath>
 #include <deque>
 #include <memory>
