@@ -17,6 +17,7 @@
 namespace sluice::cli {
 
 int cmd_inspect(int argc, char** argv);
+int cmd_gen_model(int argc, char** argv);
 int cmd_render_template(int argc, char** argv);
 int cmd_run(int argc, char** argv);
 int cmd_logits(int argc, char** argv);

@@ -20,6 +20,7 @@ struct Command {
 constexpr Command kCommands[] = {
     {"inspect", "show a model's architecture, tensors, sizes and a RAM verdict",
      sluice::cli::cmd_inspect},
+    {"gen-model", "write a random-weight GGUF in the real layout of an architecture", sluice::cli::cmd_gen_model},
     {"render-template", "render a Jinja chat template with a JSON context", sluice::cli::cmd_render_template},
     {"run", "generate text from a prompt", sluice::cli::cmd_run},
     {"logits", "evaluate reference tokens and write logits as JSON", sluice::cli::cmd_logits},
