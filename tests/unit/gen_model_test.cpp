@@ -161,7 +161,8 @@ double rms_of(const std::vector<float>& y) {
 }
 
 // Every weight dequantizes to finite values within 2× of the intended RMS: 1/sqrt(n_in), 1 for
-// embedding rows (fan-in 1); norms are 1 but a tied head's final norm, 1/sqrt(n_embd).
+// embedding rows (fan-in 1), 3× for q and k; norms are 1 but QK-norms (3) and a tied head's final
+// norm (1/sqrt(n_embd)).
 void check_values(const gguf::File& f) {
   const bool tied = f.find_tensor("output.weight") == nullptr;
   for (const auto& t : f.tensors()) {
@@ -171,11 +172,15 @@ void check_values(const gguf::File& f) {
     ASSERT_TRUE(std::all_of(y.begin(), y.end(), [](float v) { return std::isfinite(v); }));
     const double fan_in = 1.0 / std::sqrt(static_cast<double>(t.ne[0]));
     if (t.name.find("norm") != std::string::npos) {
-      const float want = tied && t.name == "output_norm.weight" ? static_cast<float>(fan_in) : 1.0f;
+      const bool qk = t.name.find("attn_q_norm") != std::string::npos || t.name.find("attn_k_norm") != std::string::npos;
+      const float want = qk ? 3.0f : tied && t.name == "output_norm.weight" ? static_cast<float>(fan_in) : 1.0f;
       EXPECT_TRUE(std::all_of(y.begin(), y.end(), [&](float v) { return v == want; }));
       continue;
     }
-    const double target = t.name == "token_embd.weight" ? 1.0 : fan_in;
+    const bool qk_proj = t.name.find("attn_q.") != std::string::npos || t.name.find("attn_k.") != std::string::npos;
+    const double target = t.name == "token_embd.weight" ? 1.0
+                          : qk_proj && f.get_string("general.architecture") == "llama" ? 3.0 * fan_in
+                                                                                       : fan_in;
     const double rms = rms_of(y);
     // Zipf-scaled router rows are larger on purpose; the others must be near the target.
     if (t.name.find("ffn_gate_inp") == std::string::npos) {

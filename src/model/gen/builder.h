@@ -33,11 +33,12 @@ class ModelBuilder {
   // A weight of `type` with shape ne (GGML order), values ~N(0, 1/ne[0]).
   void weight(const std::string& name, GgmlType type, std::vector<int64_t> ne);
   void weight(const std::string& name, GgmlType type, std::vector<int64_t> ne, double rms);
-  // An F32 RMSNorm weight, all `value` (1 but for a tied head's final norm).
+  // An F32 RMSNorm weight, all `value` (1 but for QK-norms and a tied head's final norm).
   void norm(const std::string& name, int64_t n, float value = 1.0f);
   // token_embd, output_norm and (unless tied) output.
   void embedding_and_head();
-  // attn_norm, attn_q/k/v/output and, with qk_norm, per-head attn_q_norm/attn_k_norm.
+  // attn_norm, attn_q/k/v/output and, with qk_norm, per-head attn_q_norm/attn_k_norm; q and k
+  // are scaled up 3× (see the .cpp for why).
   void attention(int il, bool qk_norm);
   // ffn_gate/up/down of a dense layer (n_ff).
   void dense_ffn(int il);
