@@ -18,11 +18,12 @@ namespace sluice::cli {
 
 int cmd_inspect(int argc, char** argv);
 int cmd_gen_model(int argc, char** argv);
-int cmd_render_template(int argc, char** argv);
-int cmd_run(int argc, char** argv);
-int cmd_logits(int argc, char** argv);
 int cmd_tokenize(int argc, char** argv);
 int cmd_convert_tokenizer(int argc, char** argv);
+int cmd_run(int argc, char** argv);
+int cmd_logits(int argc, char** argv);
+int cmd_perplexity(int argc, char** argv);
+int cmd_render_template(int argc, char** argv);
 int cmd_pack_gguf(int argc, char** argv);
 
 }  // namespace sluice::cli

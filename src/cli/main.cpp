@@ -21,11 +21,12 @@ constexpr Command kCommands[] = {
     {"inspect", "show a model's architecture, tensors, sizes and a RAM verdict",
      sluice::cli::cmd_inspect},
     {"gen-model", "write a random-weight GGUF in the real layout of an architecture", sluice::cli::cmd_gen_model},
-    {"render-template", "render a Jinja chat template with a JSON context", sluice::cli::cmd_render_template},
-    {"run", "generate text from a prompt", sluice::cli::cmd_run},
-    {"logits", "evaluate reference tokens and write logits as JSON", sluice::cli::cmd_logits},
     {"tokenize", "show the token ids and pieces of a text", sluice::cli::cmd_tokenize},
     {"convert-tokenizer", "write a vocab-only GGUF from a HF tokenizer.json", sluice::cli::cmd_convert_tokenizer},
+    {"run", "generate text from a prompt", sluice::cli::cmd_run},
+    {"logits", "evaluate reference tokens and write logits as JSON", sluice::cli::cmd_logits},
+    {"perplexity", "sliding-window perplexity of a text file", sluice::cli::cmd_perplexity},
+    {"render-template", "render a Jinja chat template with a JSON context", sluice::cli::cmd_render_template},
     {"pack-gguf", "write a GGUF from a JSON manifest of metadata and raw tensors", sluice::cli::cmd_pack_gguf},
 };
 

@@ -61,7 +61,12 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
   }
   wake_.notify_all();
   fn(0, n_threads_);
-  while (pending_.load(std::memory_order_acquire) != 0) cpu_relax();
+  // Spin briefly, then yield: on an oversubscribed machine a worker may be descheduled, and a
+  // caller spinning through its time slice would only delay it further.
+  for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+    if (spin < kSpinIterations) cpu_relax();
+    else std::this_thread::yield();
+  }
   job_ = nullptr;
 }
 

@@ -1,0 +1,72 @@
+// End-to-end checks through the `sluice` binary on the shipped model: perplexity on the held-out
+// text equals PyTorch's evaluation of the same weights within 1 % (models/*.eval.json), `run`
+// prints a continuation, and bad flags fail with a precise message instead of crashing.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace {
+
+const std::string kSource = SLUICE_SOURCE_DIR;
+const std::string kModel = kSource + "/models/sluice-tiny-moe.gguf";
+
+struct Result {
+  int status;
+  std::string out;
+};
+
+Result run(const std::string& args) {
+  const std::string cmd = std::string(SLUICE_BIN) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  const int st = pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+}  // namespace
+
+TEST(Cli, PerplexityMatchesPyTorchWithinOnePercent) {
+  std::ifstream in(kSource + "/models/sluice-tiny-moe.eval.json");
+  ASSERT_TRUE(in) << "models/sluice-tiny-moe.eval.json is missing";
+  const auto ref = nlohmann::json::parse(in);
+  const auto& proto = ref["protocol"];
+  const Result r = run(("perplexity -m " + kModel + " -f " + kSource + "/" + ref["text"].get<std::string>() +
+                                " --window " + std::to_string(proto["ctx"].get<int>()) + " --stride " +
+                                std::to_string(proto["stride"].get<int>()) + " --json"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto line = r.out.substr(r.out.rfind('{'));
+  const auto got = nlohmann::json::parse(line);
+  EXPECT_EQ(got["n_scored"].get<int64_t>(), ref["n_scored"].get<int64_t>());
+  const double ours = got["perplexity"].get<double>(), theirs = ref["perplexity"].get<double>();
+  std::printf("perplexity: sluice %.4f, PyTorch %.4f (%.3f %%)\n", ours, theirs, 100.0 * (ours - theirs) / theirs);
+  EXPECT_NEAR(ours, theirs, 0.01 * theirs);
+}
+
+TEST(Cli, RunPrintsAContinuation) {
+  const Result r = run("run -m " + kModel + " -p \"In the beginning\" -n 24 --temp 0");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("In the beginning"), std::string::npos);
+  EXPECT_NE(r.out.find("decode: "), std::string::npos) << r.out;
+}
+
+TEST(Cli, BadInputsGivePreciseErrors) {
+  Result r = run("run -m /nonexistent.gguf -p hi");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("cannot open '/nonexistent.gguf'"), std::string::npos) << r.out;
+  r = run("run -m " + kModel + " -p hi --ssd-streaming-cache-experts 12XB");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("unknown unit 'xb'"), std::string::npos) << r.out;
+  r = run("run -m " + kModel + " -p hi --experts sideways");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("--experts"), std::string::npos) << r.out;
+  r = run("nosuchcommand");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("unknown command 'nosuchcommand'"), std::string::npos);
+}
