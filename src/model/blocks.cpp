@@ -222,4 +222,52 @@ void moe_experts(ForwardContext& ctx, int il, const int32_t* ids, const float* w
   ctx.dump("ffn_moe_out", il, out, n_embd);
 }
 
+RouterConfig router_config(const HParams& hp) {
+  RouterConfig rc;
+  rc.n_expert = hp.n_expert;
+  rc.n_used = hp.n_expert_used;
+  rc.gating = hp.gating;
+  rc.norm = hp.expert_weights_norm;
+  rc.scale = hp.expert_weights_scale;
+  rc.n_groups = hp.n_expert_groups;
+  rc.n_groups_used = hp.n_group_used;
+  return rc;
+}
+
+FfnWeights load_swiglu(const WeightLoader& wl, int il, const std::string& suffix, int64_t n_embd, int64_t n_ff) {
+  auto n = [&](const char* role) { return WeightLoader::layer_name(il, (std::string(role) + suffix + ".weight").c_str()); };
+  return {wl.require(n("ffn_gate"), {n_embd, n_ff}), wl.require(n("ffn_up"), {n_embd, n_ff}),
+          wl.require(n("ffn_down"), {n_ff, n_embd})};
+}
+
+ExpertLayerTensors load_merged_experts(const WeightLoader& wl, int il, int64_t n_embd, int64_t n_ff, int64_t n_expert) {
+  ExpertLayerTensors e;
+  e.gate = wl.require(WeightLoader::layer_name(il, "ffn_gate_exps.weight"), {n_embd, n_ff, n_expert});
+  e.up = wl.require(WeightLoader::layer_name(il, "ffn_up_exps.weight"), {n_embd, n_ff, n_expert});
+  e.down = wl.require(WeightLoader::layer_name(il, "ffn_down_exps.weight"), {n_ff, n_embd, n_expert});
+  return e;
+}
+
+void ffn_block(ForwardContext& ctx, int il, const FfnLayerWeights& w, const RouterConfig& rc, ExpertActivation act,
+               float eps, float* x) {
+  const int64_t n_embd = w.norm.ne[0];
+  std::vector<float> xn(ctx.n_tok * n_embd), out(ctx.n_tok * n_embd);
+  for (int64_t t = 0; t < ctx.n_tok; ++t) rmsnorm(x + t * n_embd, w.norm.f32(), xn.data() + t * n_embd, n_embd, eps);
+  ctx.dump("ffn_norm", il, xn.data(), n_embd);
+  if (!w.router.gate_inp) {
+    swiglu_ffn(ctx, il, w.dense, xn.data(), out.data(), "ffn_out");
+  } else {
+    std::vector<int32_t> ids(ctx.n_tok * rc.n_used);
+    std::vector<float> weights(ctx.n_tok * rc.n_used);
+    route(ctx, il, w.router, rc, xn.data(), ids.data(), weights.data());
+    moe_experts(ctx, il, ids.data(), weights.data(), rc.n_used, act, xn.data(), out.data());
+    if (w.shexp.gate) {
+      std::vector<float> shared(ctx.n_tok * n_embd);
+      swiglu_ffn(ctx, il, w.shexp, xn.data(), shared.data(), "ffn_shexp");
+      add_inplace(out.data(), shared.data(), ctx.n_tok * n_embd);
+    }
+  }
+  add_inplace(x, out.data(), ctx.n_tok * n_embd);
+}
+
 }  // namespace sluice

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "model/model.h"
+#include "model/weights.h"
 #include "ops/rope.h"
 
 namespace sluice {
@@ -69,5 +70,24 @@ enum class ExpertActivation {
 // are taken in slot order after all experts finish, so results never depend on read order.
 void moe_experts(ForwardContext& ctx, int il, const int32_t* ids, const float* weights, int n_used,
                  ExpertActivation act, const float* xn, float* out);
+
+// The feed-forward half of a layer: RMSNorm, then a dense SwiGLU (router.gate_inp empty) or the
+// routed experts plus an optional resident shared expert.
+struct FfnLayerWeights {
+  Tensor norm;           // (n_embd)
+  FfnWeights dense;      // dense layers: gate/up (n_embd, n_ff), down (n_ff, n_embd)
+  RouterWeights router;  // MoE layers
+  FfnWeights shexp;      // optional shared expert: gate/up (n_embd, n_ff_shexp), down (n_ff_shexp, n_embd)
+};
+
+// Routing settings as the GGUF keys give them; architectures override what they hard-code.
+RouterConfig router_config(const HParams& hp);
+// blk.N.ffn_{gate,up,down}<suffix>.weight with dims (n_embd, n_ff) and (n_ff, n_embd).
+FfnWeights load_swiglu(const WeightLoader& wl, int il, const std::string& suffix, int64_t n_embd, int64_t n_ff);
+// blk.N.ffn_{gate,up,down}_exps.weight: (n_embd, n_ff, n_expert) ×2 and (n_ff, n_embd, n_expert).
+ExpertLayerTensors load_merged_experts(const WeightLoader& wl, int il, int64_t n_embd, int64_t n_ff, int64_t n_expert);
+// x += FFN(RMSNorm(x)).
+void ffn_block(ForwardContext& ctx, int il, const FfnLayerWeights& w, const RouterConfig& rc, ExpertActivation act,
+               float eps, float* x);
 
 }  // namespace sluice

@@ -18,7 +18,6 @@
 #include "gguf/gguf.h"
 #include "model/mla.h"
 #include "model/weights.h"
-#include "ops/elementwise.h"
 #include "quant/dequant.h"
 
 namespace sluice {
@@ -87,30 +86,21 @@ class DeepSeek2 final : public Model {
         split_kv_b(wl.require(n("attn_kv_b.weight"), {mc_.kv_lora, n_head * (mc_.nope + mc_.head_dim_v)}), L);
       }
       A.wo = wl.require(n("attn_output.weight"), {n_head * mc_.head_dim_v, n_embd});
-      L.ffn_norm = wl.require_f32(n("ffn_norm.weight"), {n_embd});
+      L.ffn.norm = wl.require_f32(n("ffn_norm.weight"), {n_embd});
       if (hp_.is_moe_layer(il)) {
         const int64_t ne = hp_.n_expert, n_ff = hp_.n_ff_exp;
         if (n_ff <= 0) fail("{}: MoE layer {} needs {}expert_feed_forward_length", hp_.arch, il, a);
-        L.router.gate_inp = wl.require(n("ffn_gate_inp.weight"), {n_embd, ne});
-        L.router.exp_probs_b = wl.optional_f32(n("exp_probs_b.bias"), {ne});
-        set_lookahead(il, L.ffn_norm, L.router.gate_inp, L.router.exp_probs_b);
-        ExpertLayerTensors& E = expert_layout_.layers[il];
-        E.gate = wl.require(n("ffn_gate_exps.weight"), {n_embd, n_ff, ne});
-        E.up = wl.require(n("ffn_up_exps.weight"), {n_embd, n_ff, ne});
-        E.down = wl.require(n("ffn_down_exps.weight"), {n_ff, n_embd, ne});
-        if (hp_.n_expert_shared > 0) {
-          const int64_t n_sh = static_cast<int64_t>(hp_.n_ff_exp) * hp_.n_expert_shared;
-          L.shexp.gate = wl.require(n("ffn_gate_shexp.weight"), {n_embd, n_sh});
-          L.shexp.up = wl.require(n("ffn_up_shexp.weight"), {n_embd, n_sh});
-          L.shexp.down = wl.require(n("ffn_down_shexp.weight"), {n_sh, n_embd});
-        }
+        L.ffn.router.gate_inp = wl.require(n("ffn_gate_inp.weight"), {n_embd, ne});
+        L.ffn.router.exp_probs_b = wl.optional_f32(n("exp_probs_b.bias"), {ne});
+        set_lookahead(il, L.ffn.norm, L.ffn.router.gate_inp, L.ffn.router.exp_probs_b);
+        expert_layout_.layers[il] = load_merged_experts(wl, il, n_embd, n_ff, ne);
+        if (hp_.n_expert_shared > 0)
+          L.ffn.shexp = load_swiglu(wl, il, "_shexp", n_embd, static_cast<int64_t>(hp_.n_ff_exp) * hp_.n_expert_shared);
       } else {
-        const int64_t n_ff = hp_.n_ff[il];
-        L.ffn.gate = wl.require(n("ffn_gate.weight"), {n_embd, n_ff});
-        L.ffn.up = wl.require(n("ffn_up.weight"), {n_embd, n_ff});
-        L.ffn.down = wl.require(n("ffn_down.weight"), {n_ff, n_embd});
+        L.ffn.dense = load_swiglu(wl, il, "", n_embd, hp_.n_ff[il]);
       }
     }
+    router_ = router_config(hp_);
     rope_ = std::make_unique<RopeCache>(hp_.rope, nullptr);
     mc_.rope = rope_.get();
   }
@@ -120,33 +110,7 @@ class DeepSeek2 final : public Model {
     const Layer& L = layers_[il];
     mla_attention_block(ctx, il, L.attn, mc_, x);
     prefetch_next(ctx, il, x);
-
-    const int64_t n_embd = hp_.n_embd;
-    std::vector<float> xn(ctx.n_tok * n_embd), out(ctx.n_tok * n_embd);
-    for (int64_t t = 0; t < ctx.n_tok; ++t) rmsnorm(x + t * n_embd, L.ffn_norm.f32(), xn.data() + t * n_embd, n_embd, hp_.rms_eps);
-    ctx.dump("ffn_norm", il, xn.data(), n_embd);
-    if (hp_.is_moe_layer(il)) {
-      RouterConfig rc;
-      rc.n_expert = hp_.n_expert;
-      rc.n_used = hp_.n_expert_used;
-      rc.gating = hp_.gating;
-      rc.norm = hp_.expert_weights_norm;
-      rc.scale = hp_.expert_weights_scale;
-      rc.n_groups = hp_.n_expert_groups;
-      rc.n_groups_used = hp_.n_group_used;
-      std::vector<int32_t> ids(ctx.n_tok * rc.n_used);
-      std::vector<float> w(ctx.n_tok * rc.n_used);
-      route(ctx, il, L.router, rc, xn.data(), ids.data(), w.data());
-      moe_experts(ctx, il, ids.data(), w.data(), rc.n_used, ExpertActivation::kSwiglu, xn.data(), out.data());
-      if (L.shexp.gate) {
-        std::vector<float> sh(ctx.n_tok * n_embd);
-        swiglu_ffn(ctx, il, L.shexp, xn.data(), sh.data(), "ffn_shexp");
-        add_inplace(out.data(), sh.data(), ctx.n_tok * n_embd);
-      }
-    } else {
-      swiglu_ffn(ctx, il, L.ffn, xn.data(), out.data(), "ffn_out");
-    }
-    add_inplace(x, out.data(), ctx.n_tok * n_embd);
+    ffn_block(ctx, il, L.ffn, router_, ExpertActivation::kSwiglu, hp_.rms_eps, x);
   }
 
   // The cache holds the latent and the rope key; values are read from the latent.
@@ -156,10 +120,7 @@ class DeepSeek2 final : public Model {
  private:
   struct Layer {
     MlaWeights attn;
-    Tensor ffn_norm;        // (n_embd)
-    RouterWeights router;   // MoE layers
-    FfnWeights shexp;       // MoE layers: shared experts (n_embd, n_ff_exp·n_shared)
-    FfnWeights ffn;         // dense layers
+    FfnLayerWeights ffn;  // dense, or router + experts + shared experts (n_embd, n_ff_exp·n_shared)
   };
 
   // Legacy attn_kv_b: head h holds nope k rows then head_dim_v v rows, each of kv_lora values.
@@ -189,6 +150,7 @@ class DeepSeek2 final : public Model {
   }
 
   MlaConfig mc_;
+  RouterConfig router_;
   std::vector<Layer> layers_;
   std::deque<std::vector<float>> owned_;  // legacy W_kb/W_vb copies (stable addresses)
   std::unique_ptr<RopeCache> rope_;

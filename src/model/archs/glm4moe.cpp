@@ -12,7 +12,6 @@
 #include "gguf/gguf.h"
 #include "model/blocks.h"
 #include "model/weights.h"
-#include "ops/elementwise.h"
 
 namespace sluice {
 
@@ -59,25 +58,18 @@ class Glm4Moe final : public Model {
       L.attn.bv = wl.optional_f32(n("attn_v.bias"), {kv_dim});
       L.attn.q_norm = wl.optional_f32(n("attn_q_norm.weight"), {hd});
       L.attn.k_norm = wl.optional_f32(n("attn_k_norm.weight"), {hd});
-      L.post_norm = wl.require_f32(n("post_attention_norm.weight"), {n_embd});
+      L.ffn.norm = wl.require_f32(n("post_attention_norm.weight"), {n_embd});
       if (!hp_.is_moe_layer(il)) {
-        const int64_t n_ff = hp_.n_ff[il];
-        L.ffn.gate = wl.require(n("ffn_gate.weight"), {n_embd, n_ff});
-        L.ffn.up = wl.require(n("ffn_up.weight"), {n_embd, n_ff});
-        L.ffn.down = wl.require(n("ffn_down.weight"), {n_ff, n_embd});
+        L.ffn.dense = load_swiglu(wl, il, "", n_embd, hp_.n_ff[il]);
         continue;
       }
-      L.router.gate_inp = wl.require(n("ffn_gate_inp.weight"), {n_embd, ne});
-      L.router.exp_probs_b = wl.require_f32(n("exp_probs_b.bias"), {ne});
-      set_lookahead(il, L.post_norm, L.router.gate_inp);
-      ExpertLayerTensors& E = expert_layout_.layers[il];
-      E.gate = wl.require(n("ffn_gate_exps.weight"), {n_embd, n_ff_exp, ne});
-      E.up = wl.require(n("ffn_up_exps.weight"), {n_embd, n_ff_exp, ne});
-      E.down = wl.require(n("ffn_down_exps.weight"), {n_ff_exp, n_embd, ne});
-      L.shexp.gate = wl.require(n("ffn_gate_shexp.weight"), {n_embd, n_ff_sh});
-      L.shexp.up = wl.require(n("ffn_up_shexp.weight"), {n_embd, n_ff_sh});
-      L.shexp.down = wl.require(n("ffn_down_shexp.weight"), {n_ff_sh, n_embd});
+      L.ffn.router.gate_inp = wl.require(n("ffn_gate_inp.weight"), {n_embd, ne});
+      L.ffn.router.exp_probs_b = wl.require_f32(n("exp_probs_b.bias"), {ne});
+      set_lookahead(il, L.ffn.norm, L.ffn.router.gate_inp);
+      expert_layout_.layers[il] = load_merged_experts(wl, il, n_embd, n_ff_exp, ne);
+      L.ffn.shexp = load_swiglu(wl, il, "_shexp", n_embd, n_ff_sh);
     }
+    router_ = router_config(hp_);
     rope_ = std::make_unique<RopeCache>(hp_.rope, nullptr);
   }
 
@@ -93,41 +85,15 @@ class Glm4Moe final : public Model {
     ac.rope = rope_.get();
     attention_block(ctx, il, L.attn, ac, x);
     prefetch_next(ctx, il, x);
-
-    const int64_t n_embd = hp_.n_embd;
-    std::vector<float> xn(ctx.n_tok * n_embd), out(ctx.n_tok * n_embd);
-    for (int64_t t = 0; t < ctx.n_tok; ++t) rmsnorm(x + t * n_embd, L.post_norm.f32(), xn.data() + t * n_embd, n_embd, hp_.rms_eps);
-    ctx.dump("post_attn_norm", il, xn.data(), n_embd);
-    if (!hp_.is_moe_layer(il)) {
-      swiglu_ffn(ctx, il, L.ffn, xn.data(), out.data(), "ffn_out");
-    } else {
-      RouterConfig rc;
-      rc.n_expert = hp_.n_expert;
-      rc.n_used = hp_.n_expert_used;
-      rc.gating = hp_.gating;
-      rc.norm = hp_.expert_weights_norm;
-      rc.scale = hp_.expert_weights_scale;
-      rc.n_groups = hp_.n_expert_groups;
-      rc.n_groups_used = hp_.n_group_used;
-      std::vector<int32_t> ids(ctx.n_tok * rc.n_used);
-      std::vector<float> w(ctx.n_tok * rc.n_used);
-      route(ctx, il, L.router, rc, xn.data(), ids.data(), w.data());
-      moe_experts(ctx, il, ids.data(), w.data(), rc.n_used, ExpertActivation::kSwiglu, xn.data(), out.data());
-      std::vector<float> shared(ctx.n_tok * n_embd);
-      swiglu_ffn(ctx, il, L.shexp, xn.data(), shared.data(), "ffn_shexp_out");
-      add_inplace(out.data(), shared.data(), ctx.n_tok * n_embd);
-    }
-    add_inplace(x, out.data(), ctx.n_tok * n_embd);
+    ffn_block(ctx, il, L.ffn, router_, ExpertActivation::kSwiglu, hp_.rms_eps, x);
   }
 
  private:
   struct Layer {
     AttentionWeights attn;
-    Tensor post_norm;      // (n_embd) RMSNorm before the FFN
-    FfnWeights ffn;        // leading dense layers: gate/up (n_embd, n_ff), down (n_ff, n_embd)
-    RouterWeights router;  // MoE layers: gate_inp (n_embd, n_expert), exp_probs_b (n_expert)
-    FfnWeights shexp;      // MoE layers: gate/up (n_embd, n_ff_shexp), down (n_ff_shexp, n_embd)
+    FfnLayerWeights ffn;  // post_attention_norm; dense, or router + experts + shared expert
   };
+  RouterConfig router_;
   std::vector<Layer> layers_;
   std::unique_ptr<RopeCache> rope_;
 };

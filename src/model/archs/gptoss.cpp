@@ -11,7 +11,6 @@
 #include "gguf/gguf.h"
 #include "model/blocks.h"
 #include "model/weights.h"
-#include "ops/elementwise.h"
 
 namespace sluice {
 
@@ -52,18 +51,19 @@ class GptOss final : public Model {
       L.attn.bv = wl.require_f32(n("attn_v.bias"), {kv_dim});
       L.attn.bo = wl.require_f32(n("attn_output.bias"), {n_embd});
       L.attn.sinks = wl.require_f32(n("attn_sinks.weight"), {hp_.n_head[il]});
-      L.post_norm = wl.require_f32(n("post_attention_norm.weight"), {n_embd});
-      L.router.gate_inp = wl.require(n("ffn_gate_inp.weight"), {n_embd, ne});
-      L.router.gate_inp_b = wl.require_f32(n("ffn_gate_inp.bias"), {ne});
-      set_lookahead(il, L.post_norm, L.router.gate_inp);
+      L.ffn.norm = wl.require_f32(n("post_attention_norm.weight"), {n_embd});
+      L.ffn.router.gate_inp = wl.require(n("ffn_gate_inp.weight"), {n_embd, ne});
+      L.ffn.router.gate_inp_b = wl.require_f32(n("ffn_gate_inp.bias"), {ne});
+      set_lookahead(il, L.ffn.norm, L.ffn.router.gate_inp);
       ExpertLayerTensors& E = expert_layout_.layers[il];
-      E.gate = wl.require(n("ffn_gate_exps.weight"), {n_embd, n_ff, ne});
-      E.up = wl.require(n("ffn_up_exps.weight"), {n_embd, n_ff, ne});
-      E.down = wl.require(n("ffn_down_exps.weight"), {n_ff, n_embd, ne});
+      E = load_merged_experts(wl, il, n_embd, n_ff, ne);
       E.gate_bias = wl.require_f32(n("ffn_gate_exps.bias"), {n_ff, ne});
       E.up_bias = wl.require_f32(n("ffn_up_exps.bias"), {n_ff, ne});
       E.down_bias = wl.require_f32(n("ffn_down_exps.bias"), {n_embd, ne});
     }
+    router_.n_expert = hp_.n_expert;
+    router_.n_used = hp_.n_expert_used;
+    router_.gating = GatingFunc::kSoftmaxWeight;  // llama.cpp passes it explicitly, whatever the file says
     rope_ = std::make_unique<RopeCache>(hp_.rope, nullptr);
   }
 
@@ -80,28 +80,15 @@ class GptOss final : public Model {
     ac.rope = rope_.get();
     attention_block(ctx, il, L.attn, ac, x);
     prefetch_next(ctx, il, x);
-
-    const int64_t n_embd = hp_.n_embd;
-    std::vector<float> xn(ctx.n_tok * n_embd), out(ctx.n_tok * n_embd);
-    for (int64_t t = 0; t < ctx.n_tok; ++t) rmsnorm(x + t * n_embd, L.post_norm.f32(), xn.data() + t * n_embd, n_embd, hp_.rms_eps);
-    ctx.dump("attn_post_norm", il, xn.data(), n_embd);
-    RouterConfig rc;
-    rc.n_expert = hp_.n_expert;
-    rc.n_used = hp_.n_expert_used;
-    rc.gating = GatingFunc::kSoftmaxWeight;  // llama.cpp passes it explicitly, whatever the file says
-    std::vector<int32_t> ids(ctx.n_tok * rc.n_used);
-    std::vector<float> w(ctx.n_tok * rc.n_used);
-    route(ctx, il, L.router, rc, xn.data(), ids.data(), w.data());
-    moe_experts(ctx, il, ids.data(), w.data(), rc.n_used, ExpertActivation::kSwigluOai, xn.data(), out.data());
-    add_inplace(x, out.data(), ctx.n_tok * n_embd);
+    ffn_block(ctx, il, L.ffn, router_, ExpertActivation::kSwigluOai, hp_.rms_eps, x);
   }
 
  private:
   struct Layer {
     AttentionWeights attn;
-    Tensor post_norm;       // (n_embd) RMSNorm before the MoE
-    RouterWeights router;   // gate_inp (n_embd, n_expert), gate_inp_b (n_expert)
+    FfnLayerWeights ffn;    // post_attention_norm, router with bias; experts carry biases
   };
+  RouterConfig router_;
   std::vector<Layer> layers_;
   std::unique_ptr<RopeCache> rope_;
 };

@@ -10,7 +10,6 @@
 #include "gguf/gguf.h"
 #include "model/blocks.h"
 #include "model/weights.h"
-#include "ops/elementwise.h"
 
 namespace sluice {
 
@@ -42,32 +41,30 @@ class Llama final : public Model {
       L.attn.bk = wl.optional_f32(n("attn_k.bias"), {k_dim});
       L.attn.bv = wl.optional_f32(n("attn_v.bias"), {v_dim});
       L.attn.bo = wl.optional_f32(n("attn_output.bias"), {n_embd});
-      L.ffn_norm = wl.require_f32(n("ffn_norm.weight"), {n_embd});
+      L.ffn.norm = wl.require_f32(n("ffn_norm.weight"), {n_embd});
       if (hp_.n_expert > 0) {
         const int64_t ne = hp_.n_expert;
         const int64_t n_ff = hp_.n_ff_exp ? hp_.n_ff_exp : hp_.n_ff[il];
-        L.router.gate_inp = wl.require(n("ffn_gate_inp.weight"), {n_embd, ne});
-        set_lookahead(il, L.ffn_norm, L.router.gate_inp);
-        ExpertLayerTensors& E = expert_layout_.layers[il];
+        L.ffn.router.gate_inp = wl.require(n("ffn_gate_inp.weight"), {n_embd, ne});
+        set_lookahead(il, L.ffn.norm, L.ffn.router.gate_inp);
         if (wl.has(n("ffn_gate_exps.weight"))) {
-          E.gate = wl.require(n("ffn_gate_exps.weight"), {n_embd, n_ff, ne});
-          E.up = wl.require(n("ffn_up_exps.weight"), {n_embd, n_ff, ne});
-          E.down = wl.require(n("ffn_down_exps.weight"), {n_ff, n_embd, ne});
+          expert_layout_.layers[il] = load_merged_experts(wl, il, n_embd, n_ff, ne);
         } else {
+          ExpertLayerTensors& E = expert_layout_.layers[il];
           for (int64_t e = 0; e < ne; ++e) {
-            const std::string s = "." + std::to_string(e) + ".weight";
-            E.gate_each.push_back(wl.require(n("ffn_gate" + s), {n_embd, n_ff}));
-            E.up_each.push_back(wl.require(n("ffn_up" + s), {n_embd, n_ff}));
-            E.down_each.push_back(wl.require(n("ffn_down" + s), {n_ff, n_embd}));
+            FfnWeights w = load_swiglu(wl, il, "." + std::to_string(e), n_embd, n_ff);
+            E.gate_each.push_back(w.gate);
+            E.up_each.push_back(w.up);
+            E.down_each.push_back(w.down);
           }
         }
       } else {
-        const int64_t n_ff = hp_.n_ff[il];
-        L.ffn.gate = wl.require(n("ffn_gate.weight"), {n_embd, n_ff});
-        L.ffn.up = wl.require(n("ffn_up.weight"), {n_embd, n_ff});
-        L.ffn.down = wl.require(n("ffn_down.weight"), {n_ff, n_embd});
+        L.ffn.dense = load_swiglu(wl, il, "", n_embd, hp_.n_ff[il]);
       }
     }
+    router_ = router_config(hp_);
+    router_.gating = GatingFunc::kSoftmax;
+    router_.n_groups = router_.n_groups_used = 0;
     Tensor freqs = wl.optional_f32("rope_freqs.weight", {hp_.rope.n_rot / 2});
     rope_ = std::make_unique<RopeCache>(hp_.rope, freqs ? freqs.f32() : nullptr);
   }
@@ -85,34 +82,15 @@ class Llama final : public Model {
     ac.rope = rope_.get();
     attention_block(ctx, il, L.attn, ac, x);
     prefetch_next(ctx, il, x);
-
-    const int64_t n_embd = hp_.n_embd;
-    std::vector<float> xn(ctx.n_tok * n_embd), out(ctx.n_tok * n_embd);
-    for (int64_t t = 0; t < ctx.n_tok; ++t) rmsnorm(x + t * n_embd, L.ffn_norm.f32(), xn.data() + t * n_embd, n_embd, hp_.rms_eps);
-    ctx.dump("ffn_norm", il, xn.data(), n_embd);
-    if (hp_.n_expert > 0) {
-      RouterConfig rc;
-      rc.n_expert = hp_.n_expert;
-      rc.n_used = hp_.n_expert_used;
-      rc.norm = true;
-      rc.scale = hp_.expert_weights_scale;
-      std::vector<int32_t> ids(ctx.n_tok * rc.n_used);
-      std::vector<float> w(ctx.n_tok * rc.n_used);
-      route(ctx, il, L.router, rc, xn.data(), ids.data(), w.data());
-      moe_experts(ctx, il, ids.data(), w.data(), rc.n_used, ExpertActivation::kSwiglu, xn.data(), out.data());
-    } else {
-      swiglu_ffn(ctx, il, L.ffn, xn.data(), out.data(), "ffn_out");
-    }
-    add_inplace(x, out.data(), ctx.n_tok * n_embd);
+    ffn_block(ctx, il, L.ffn, router_, ExpertActivation::kSwiglu, hp_.rms_eps, x);
   }
 
  private:
   struct Layer {
     AttentionWeights attn;
-    Tensor ffn_norm;       // (n_embd)
-    RouterWeights router;  // expert layers
-    FfnWeights ffn;        // dense layers
+    FfnLayerWeights ffn;
   };
+  RouterConfig router_;
   std::vector<Layer> layers_;
   std::unique_ptr<RopeCache> rope_;
 };

@@ -9,7 +9,6 @@
 #include "gguf/gguf.h"
 #include "model/blocks.h"
 #include "model/weights.h"
-#include "ops/elementwise.h"
 
 namespace sluice {
 
@@ -41,23 +40,18 @@ class Qwen3 final : public Model {
       L.attn.wo = wl.require(n("attn_output.weight"), {q_dim, n_embd});
       L.attn.q_norm = wl.require_f32(n("attn_q_norm.weight"), {hd});
       L.attn.k_norm = wl.require_f32(n("attn_k_norm.weight"), {hd});
-      L.ffn_norm = wl.require_f32(n("ffn_norm.weight"), {n_embd});
+      L.ffn.norm = wl.require_f32(n("ffn_norm.weight"), {n_embd});
       if (moe_) {
         const int64_t n_ff = hp_.n_ff_exp ? hp_.n_ff_exp : hp_.n_ff[il] / hp_.n_expert_used;
-        const int64_t ne = hp_.n_expert;
-        L.router.gate_inp = wl.require(n("ffn_gate_inp.weight"), {n_embd, ne});
-        set_lookahead(il, L.ffn_norm, L.router.gate_inp);
-        ExpertLayerTensors& E = expert_layout_.layers[il];
-        E.gate = wl.require(n("ffn_gate_exps.weight"), {n_embd, n_ff, ne});
-        E.up = wl.require(n("ffn_up_exps.weight"), {n_embd, n_ff, ne});
-        E.down = wl.require(n("ffn_down_exps.weight"), {n_ff, n_embd, ne});
+        L.ffn.router.gate_inp = wl.require(n("ffn_gate_inp.weight"), {n_embd, hp_.n_expert});
+        set_lookahead(il, L.ffn.norm, L.ffn.router.gate_inp);
+        expert_layout_.layers[il] = load_merged_experts(wl, il, n_embd, n_ff, hp_.n_expert);
       } else {
-        const int64_t n_ff = hp_.n_ff[il];
-        L.ffn.gate = wl.require(n("ffn_gate.weight"), {n_embd, n_ff});
-        L.ffn.up = wl.require(n("ffn_up.weight"), {n_embd, n_ff});
-        L.ffn.down = wl.require(n("ffn_down.weight"), {n_ff, n_embd});
+        L.ffn.dense = load_swiglu(wl, il, "", n_embd, hp_.n_ff[il]);
       }
     }
+    router_ = router_config(hp_);
+    router_.gating = GatingFunc::kSoftmax;
     rope_ = std::make_unique<RopeCache>(hp_.rope, nullptr);
   }
 
@@ -73,36 +67,16 @@ class Qwen3 final : public Model {
     ac.rope = rope_.get();
     attention_block(ctx, il, L.attn, ac, x);
     prefetch_next(ctx, il, x);
-
-    const int64_t n_embd = hp_.n_embd;
-    std::vector<float> xn(ctx.n_tok * n_embd), out(ctx.n_tok * n_embd);
-    for (int64_t t = 0; t < ctx.n_tok; ++t) rmsnorm(x + t * n_embd, L.ffn_norm.f32(), xn.data() + t * n_embd, n_embd, hp_.rms_eps);
-    ctx.dump("ffn_norm", il, xn.data(), n_embd);
-    if (moe_) {
-      RouterConfig rc;
-      rc.n_expert = hp_.n_expert;
-      rc.n_used = hp_.n_expert_used;
-      rc.gating = GatingFunc::kSoftmax;
-      rc.norm = hp_.expert_weights_norm;
-      rc.scale = hp_.expert_weights_scale;
-      std::vector<int32_t> ids(ctx.n_tok * rc.n_used);
-      std::vector<float> w(ctx.n_tok * rc.n_used);
-      route(ctx, il, L.router, rc, xn.data(), ids.data(), w.data());
-      moe_experts(ctx, il, ids.data(), w.data(), rc.n_used, ExpertActivation::kSwiglu, xn.data(), out.data());
-    } else {
-      swiglu_ffn(ctx, il, L.ffn, xn.data(), out.data(), "ffn_out");
-    }
-    add_inplace(x, out.data(), ctx.n_tok * n_embd);
+    ffn_block(ctx, il, L.ffn, router_, ExpertActivation::kSwiglu, hp_.rms_eps, x);
   }
 
  private:
   struct Layer {
     AttentionWeights attn;
-    Tensor ffn_norm;        // (n_embd)
-    RouterWeights router;   // MoE layers
-    FfnWeights ffn;         // dense layers
+    FfnLayerWeights ffn;
   };
   bool moe_ = false;
+  RouterConfig router_;
   std::vector<Layer> layers_;
   std::unique_ptr<RopeCache> rope_;
 };
