@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
+#include <limits>
 #include <cstring>
 #include <unordered_set>
 
@@ -339,7 +341,11 @@ double File::get_float(std::string_view key) const {
   const Value* v = find(key);
   if (!v) fail("metadata key '{}' is missing", key);
   if (!v->is_number()) type_error(key, *v, "a number");
-  return v->as_f64();
+  const double d = v->as_f64();
+  // Callers narrow to float; a value outside float's range (or NaN) is never a valid setting.
+  if (!std::isfinite(d) || std::fabs(d) > std::numeric_limits<float>::max())
+    fail("metadata key '{}' is {}, expected a finite number within float range", key, d);
+  return d;
 }
 
 double File::get_float_or(std::string_view key, double fallback) const {
@@ -372,7 +378,12 @@ std::vector<float> File::get_float_array(std::string_view key) const {
     type_error(key, *v, "array of numbers");
   std::vector<float> out;
   out.reserve(v->arr().items.size());
-  for (const auto& it : v->arr().items) out.push_back(static_cast<float>(it.as_f64()));
+  for (const auto& it : v->arr().items) {
+    const double d = it.as_f64();
+    if (!std::isfinite(d) || std::fabs(d) > std::numeric_limits<float>::max())
+      fail("metadata key '{}' holds {}, expected finite numbers within float range", key, d);
+    out.push_back(static_cast<float>(d));
+  }
   return out;
 }
 

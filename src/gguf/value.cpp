@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include "core/error.h"
+
 namespace sluice::gguf {
 
 std::string_view value_type_name(ValueType t) {
@@ -67,7 +69,12 @@ bool Value::is_integer() const {
 int64_t Value::as_i64() const {
   if (auto* u = std::get_if<uint64_t>(&data)) return static_cast<int64_t>(*u);
   if (auto* i = std::get_if<int64_t>(&data)) return *i;
-  if (auto* d = std::get_if<double>(&data)) return static_cast<int64_t>(*d);
+  if (auto* d = std::get_if<double>(&data)) {
+    // Casting a double outside int64's range is undefined behaviour; a file may hold any double.
+    if (!(*d >= -9.2233720368547758e18 && *d < 9.2233720368547758e18))
+      fail("floating-point value {} does not fit a 64-bit integer", *d);
+    return static_cast<int64_t>(*d);
+  }
   if (auto* b = std::get_if<bool>(&data)) return *b ? 1 : 0;
   return 0;
 }

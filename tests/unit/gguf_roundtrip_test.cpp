@@ -2,6 +2,7 @@
 // come back identical, and the file bytes are stable across a second write.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -111,4 +112,29 @@ TEST(GgufRoundTrip, TypedGetterErrorsNameTheKey) {
   }
   EXPECT_THROW(f->tensor("missing"), Error);
   EXPECT_EQ(f->get_int_or("absent", 7), 7);
+}
+
+// Found by the fuzzer: a float64 key far outside int64 or float range must be an error naming the
+// key, never an undefined cast.
+TEST(GgufRoundTrip, OutOfRangeFloatsAreErrors) {
+  std::vector<float> a(12);
+  std::vector<uint8_t> q(68);
+  Writer w = make_writer(a, q);
+  w.set("huge", Value::f64(1e300));
+  w.set("nan", Value::f64(std::nan("")));
+  w.set("huge_arr", Value::array(ValueType::FLOAT64, {Value::f64(1.0), Value::f64(-1e300)}));
+  const std::string path = (test::scratch_dir() / "rt4.gguf").string();
+  w.write(path);
+  auto f = File::open(path);
+  EXPECT_THROW(f->find("huge")->as_i64(), Error);
+  EXPECT_THROW(f->find("nan")->as_i64(), Error);
+  try {
+    f->get_float("huge");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "metadata key 'huge' is 1e+300, expected a finite number within float range");
+  }
+  EXPECT_THROW(f->get_float("nan"), Error);
+  EXPECT_THROW(f->get_float_array("huge_arr"), Error);
+  EXPECT_DOUBLE_EQ(f->get_float("f64"), -2.25);
 }
