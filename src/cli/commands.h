@@ -25,5 +25,6 @@ int cmd_logits(int argc, char** argv);
 int cmd_perplexity(int argc, char** argv);
 int cmd_render_template(int argc, char** argv);
 int cmd_pack_gguf(int argc, char** argv);
+int cmd_bench(int argc, char** argv);
 
 }  // namespace sluice::cli

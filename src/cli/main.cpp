@@ -28,6 +28,7 @@ constexpr Command kCommands[] = {
     {"perplexity", "sliding-window perplexity of a text file", sluice::cli::cmd_perplexity},
     {"render-template", "render a Jinja chat template with a JSON context", sluice::cli::cmd_render_template},
     {"pack-gguf", "write a GGUF from a JSON manifest of metadata and raw tensors", sluice::cli::cmd_pack_gguf},
+    {"bench", "measure prefill and decode tokens/s (llama-bench style)", sluice::cli::cmd_bench},
 };
 
 void usage() {

@@ -1,0 +1,212 @@
+// `sluice bench`: prefill and decode throughput of one model, llama-bench style.
+//
+// Each test runs on a fresh session: `pp N` evaluates N prompt tokens in one batch, `tg N` decodes
+// N tokens one at a time after a one-token prompt (greedy sampling, end-of-generation ignored, so
+// the real decode path runs every step). A warm-up pass first touches the weights so the first
+// repetition does not pay page faults; with streamed experts it also fills the cache the way a
+// running server's would be. Expert statistics are taken as deltas around each repetition, so
+// the MB/s and hit rate printed belong to that test alone.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/options.h"
+#include "core/error.h"
+#include "core/timer.h"
+
+namespace sluice::cli {
+namespace {
+
+struct TestResult {
+  std::string name;  // "pp64", "tg32"
+  int n_tokens = 0;
+  std::vector<double> tps;  // tokens/s per repetition
+  ExpertStats experts;      // summed over the repetitions
+  double seconds = 0;       // summed over the repetitions
+};
+
+ExpertStats minus(const ExpertStats& a, const ExpertStats& b) {
+  ExpertStats d;
+  d.requests = a.requests - b.requests;
+  d.hits = a.hits - b.hits;
+  d.misses = a.misses - b.misses;
+  d.bytes_read = a.bytes_read - b.bytes_read;
+  d.read_seconds = a.read_seconds - b.read_seconds;
+  d.stall_seconds = a.stall_seconds - b.stall_seconds;
+  d.prefetch_issued = a.prefetch_issued - b.prefetch_issued;
+  d.prefetch_used = a.prefetch_used - b.prefetch_used;
+  return d;
+}
+
+void add_into(ExpertStats& acc, const ExpertStats& d) {
+  acc.requests += d.requests;
+  acc.hits += d.hits;
+  acc.misses += d.misses;
+  acc.bytes_read += d.bytes_read;
+  acc.read_seconds += d.read_seconds;
+  acc.stall_seconds += d.stall_seconds;
+  acc.prefetch_issued += d.prefetch_issued;
+  acc.prefetch_used += d.prefetch_used;
+}
+
+std::vector<int> parse_list(const std::string& s, const char* flag) {
+  std::vector<int> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    size_t used = 0;
+    int v = -1;
+    try {
+      v = std::stoi(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size() || v < 0 || v > (1 << 20))
+      fail("{}: '{}' is not a token count (expected comma-separated integers 0..1048576)", flag, item);
+    if (v > 0) out.push_back(v);
+  }
+  return out;
+}
+
+// Random ids drawn from the vocabulary, seeded so every run (and every engine) sees the same.
+std::vector<int32_t> random_tokens(int n, int n_vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> dist(0, n_vocab - 1);
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (auto& x : t) x = dist(rng);
+  return t;
+}
+
+double run_pp(Engine& engine, int n, uint32_t seed) {
+  auto session = engine.new_session();
+  const auto tokens = random_tokens(n, engine.info().n_vocab, seed);
+  Timer t;
+  session->evaluate(tokens);
+  return t.seconds();
+}
+
+double run_tg(Engine& engine, int n, uint32_t seed) {
+  auto session = engine.new_session();
+  GenerateOptions go;
+  go.max_tokens = n;
+  go.sampling.temperature = 0;
+  go.stop_at_eog = false;
+  const auto prompt = random_tokens(1, engine.info().n_vocab, seed);
+  GenerateResult r = session->generate(prompt, go, [](int32_t, std::string_view) { return true; });
+  if (static_cast<int>(r.tokens.size()) != n)
+    fail("tg{}: generated {} tokens instead of {}", n, r.tokens.size(), n);
+  return r.decode_seconds;
+}
+
+double mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0 : s / static_cast<double>(v.size());
+}
+
+double stddev(const std::vector<double>& v) {
+  if (v.size() < 2) return 0;
+  const double m = mean(v);
+  double s = 0;
+  for (double x : v) s += (x - m) * (x - m);
+  return std::sqrt(s / static_cast<double>(v.size() - 1));
+}
+
+}  // namespace
+
+int cmd_bench(int argc, char** argv) {
+  CLI::App app{"Measure prefill and decode tokens/s", "sluice bench"};
+  ModelFlags mf;
+  add_model_flags(app, mf);
+  std::string pp_list = "64,512", tg_list = "32", format = "table";
+  int reps = 3;
+  bool no_warmup = false;
+  app.add_option("-p,--n-prompt", pp_list, "prefill tests: comma-separated prompt lengths (0: none)")->capture_default_str();
+  app.add_option("-n,--n-gen", tg_list, "decode tests: comma-separated token counts (0: none)")->capture_default_str();
+  app.add_option("-r,--repetitions", reps, "repetitions of each test")->check(CLI::Range(1, 1000))->capture_default_str();
+  app.add_option("-o,--output", format, "table, csv or json")->check(CLI::IsMember({"table", "csv", "json"}))->capture_default_str();
+  app.add_flag("--no-warmup", no_warmup, "skip the warm-up pass");
+  SLUICE_PARSE(app, argc, argv);
+  const std::vector<int> pps = parse_list(pp_list, "--n-prompt");
+  const std::vector<int> tgs = parse_list(tg_list, "--n-gen");
+  if (pps.empty() && tgs.empty()) fail("nothing to measure: give -p and/or -n with a count above 0");
+
+  EngineOptions eo = engine_options(mf);
+  int longest = 2;
+  for (int n : pps) longest = std::max(longest, n + 1);
+  for (int n : tgs) longest = std::max(longest, n + 2);
+  if (eo.n_ctx < longest) eo.n_ctx = longest;
+  auto engine = Engine::load(eo);
+  const ModelInfo& mi = engine->info();
+  if (longest > mi.n_ctx_train && mi.n_ctx_train > 0)
+    fail("the longest test needs {} positions; the model's context is {}", longest, mi.n_ctx_train);
+  fmt::print(stderr, "model: {} ({}, {} layers, {} experts top-{}), {:.2f} GB, loaded in {:.2f} s\n", mf.model,
+             mi.architecture, mi.n_layer, mi.n_expert, mi.n_expert_used, mi.file_bytes / 1e9, engine->load_seconds());
+  fmt::print(stderr, "experts: {}\n", mi.experts_detail);
+
+  if (!no_warmup) {
+    run_pp(*engine, std::min(16, longest), 1);
+    run_tg(*engine, 2, 2);
+  }
+
+  std::vector<TestResult> results;
+  auto measure = [&](const std::string& name, int n, auto&& fn) {
+    TestResult tr{name, n, {}, {}, 0};
+    for (int r = 0; r < reps; ++r) {
+      const ExpertStats before = engine->expert_stats();
+      const double secs = fn(*engine, n, static_cast<uint32_t>(100 + r));
+      add_into(tr.experts, minus(engine->expert_stats(), before));
+      tr.seconds += secs;
+      tr.tps.push_back(n / std::max(secs, 1e-9));
+    }
+    results.push_back(std::move(tr));
+  };
+  for (int n : pps) measure(fmt::format("pp{}", n), n, run_pp);
+  for (int n : tgs) measure(fmt::format("tg{}", n), n, run_tg);
+
+  const std::string threads = mf.threads > 0 ? std::to_string(mf.threads) : "all";
+  if (format == "csv") {
+    fmt::print("model,experts_mode,threads,test,n_tokens,reps,tps_mean,tps_stddev,hit_rate,mb_read_per_token,"
+               "read_mb_s,stall_s_per_token,prefetch_precision\n");
+  } else if (format == "table") {
+    fmt::print("| {:<6} | {:>12} | {:>8} | {:>9} | {:>10} | {:>8} | {:>11} |\n", "test", "t/s", "hit %",
+               "MB/token", "read MB/s", "stall/t", "prefetch %");
+    fmt::print("|{:-<8}|{:-<14}|{:-<10}|{:-<11}|{:-<12}|{:-<10}|{:-<13}|\n", "", "", "", "", "", "", "");
+  } else {
+    fmt::print("[");
+  }
+  for (size_t i = 0; i < results.size(); ++i) {
+    const TestResult& r = results[i];
+    const ExpertStats& e = r.experts;
+    const double tokens = static_cast<double>(r.n_tokens) * reps;
+    const double hit = e.requests ? 100.0 * e.hits / e.requests : 100.0;
+    const double mb_tok = e.bytes_read / 1e6 / tokens;
+    const double mbs = e.bytes_read / 1e6 / std::max(r.seconds, 1e-9);
+    const double stall = e.stall_seconds / tokens;
+    const double prec = e.prefetch_issued ? 100.0 * e.prefetch_used / e.prefetch_issued : 0.0;
+    if (format == "csv") {
+      fmt::print("{},{},{},{},{},{},{:.3f},{:.3f},{:.2f},{:.3f},{:.1f},{:.4f},{:.2f}\n", mf.model, mi.experts_mode,
+                 threads, r.name, r.n_tokens, reps, mean(r.tps), stddev(r.tps), hit, mb_tok, mbs, stall, prec);
+    } else if (format == "table") {
+      fmt::print("| {:<6} | {:>6.2f} ± {:<3.2f} | {:>8.1f} | {:>9.2f} | {:>10.1f} | {:>8.4f} | {:>11.1f} |\n", r.name,
+                 mean(r.tps), stddev(r.tps), hit, mb_tok, mbs, stall, prec);
+    } else {
+      fmt::print("{}{{\"test\":\"{}\",\"n_tokens\":{},\"experts_mode\":\"{}\",\"tps_mean\":{:.4f},\"tps_stddev\":{:.4f},"
+                 "\"hit_rate\":{:.3f},\"mb_read_per_token\":{:.4f},\"read_mb_s\":{:.2f},\"stall_s_per_token\":{:.5f},"
+                 "\"prefetch_precision\":{:.3f}}}",
+                 i ? "," : "", r.name, r.n_tokens, mi.experts_mode, mean(r.tps), stddev(r.tps), hit, mb_tok, mbs,
+                 stall, prec);
+    }
+  }
+  if (format == "json") fmt::print("]\n");
+  return 0;
+}
+
+}  // namespace sluice::cli
