@@ -135,3 +135,6 @@ class Session {
 };
 
 }  // namespace sluice
+
+// Continuous-batching scheduler and chat prompts for servers.
+#include "sluice/serving.h"  // IWYU pragma: export

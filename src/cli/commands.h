@@ -23,6 +23,7 @@ int cmd_convert_tokenizer(int argc, char** argv);
 int cmd_run(int argc, char** argv);
 int cmd_logits(int argc, char** argv);
 int cmd_perplexity(int argc, char** argv);
+int cmd_serve(int argc, char** argv);
 int cmd_render_template(int argc, char** argv);
 int cmd_pack_gguf(int argc, char** argv);
 int cmd_bench(int argc, char** argv);

@@ -26,6 +26,7 @@ constexpr Command kCommands[] = {
     {"run", "generate text from a prompt", sluice::cli::cmd_run},
     {"logits", "evaluate reference tokens and write logits as JSON", sluice::cli::cmd_logits},
     {"perplexity", "sliding-window perplexity of a text file", sluice::cli::cmd_perplexity},
+    {"serve", "OpenAI-compatible HTTP server with continuous batching", sluice::cli::cmd_serve},
     {"render-template", "render a Jinja chat template with a JSON context", sluice::cli::cmd_render_template},
     {"pack-gguf", "write a GGUF from a JSON manifest of metadata and raw tensors", sluice::cli::cmd_pack_gguf},
     {"bench", "measure prefill and decode tokens/s (llama-bench style)", sluice::cli::cmd_bench},

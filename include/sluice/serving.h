@@ -1,0 +1,113 @@
+// sluice public API for serving many requests on one Engine: a continuous-batching Scheduler and
+// chat prompt building. The scheduler owns one thread that runs every forward pass; requests join
+// and leave its running batch at token boundaries, and each step evaluates one Batch holding a row
+// per decoding request plus a bounded chunk of pending prompt tokens, so the MoE layer fetches each
+// routed expert once per step for all requests. Callers (the HTTP server) talk to it only through
+// submit() and the returned handle, from any thread.
+//
+//   sluice::Scheduler sched(*engine, {.n_parallel = 4});
+//   auto sub = sched.submit({.prompt = engine->tokenize("Hello", true), .options = {}});
+//   sluice::CompletionEvent ev;
+//   while (sub.handle->next(ev, std::chrono::milliseconds(100)) || !sub.handle->finished()) ...
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sluice/sluice.h"
+
+namespace sluice {
+
+struct SchedulerOptions {
+  int n_parallel = 4;      // sequences decoded together; each owns one KV slot of the engine's n_ctx
+  int max_queue = 64;      // requests waiting for a slot; submit() refuses more
+  int prefill_chunk = 128;  // prompt tokens evaluated per step, shared by all prefilling requests
+};
+
+struct CompletionRequest {
+  std::vector<int32_t> prompt;
+  GenerateOptions options;
+  double timeout_seconds = 0;  // from submission to the last token; ≤ 0: none
+};
+
+struct CompletionEvent {
+  enum class Kind { kText, kDone, kError };
+  Kind kind = Kind::kText;
+  std::string text;       // kText: new output (complete UTF-8, stop strings withheld); kError: message
+  GenerateResult result;  // kDone: the whole result (finish reason, tokens, counts, timings)
+  bool timed_out = false;  // kDone: cancelled because the request's timeout passed
+};
+
+// The caller's side of one submitted request. Events arrive in order: any number of kText, then
+// exactly one kDone or kError. Dropping the handle without cancel() lets the request run on.
+class CompletionHandle {
+ public:
+  virtual ~CompletionHandle() = default;
+  // Waits up to `wait` for the next event; false if none arrived (or all were consumed).
+  virtual bool next(CompletionEvent& event, std::chrono::milliseconds wait) = 0;
+  // Asks the scheduler to stop the request at the next token boundary and free its KV; a kDone
+  // event with FinishReason::kCancelled follows (also sent, with timed_out, when the timeout passes).
+  virtual void cancel() = 0;
+  // True once the final event (kDone or kError) has been taken by next().
+  virtual bool finished() const = 0;
+};
+
+enum class SubmitStatus { kOk, kQueueFull, kContextOverflow, kInvalid };
+
+struct Submission {
+  SubmitStatus status = SubmitStatus::kOk;
+  std::string message;  // why it was refused
+  std::shared_ptr<CompletionHandle> handle;  // set when accepted
+};
+
+struct SchedulerStats {
+  uint64_t requests = 0;           // accepted
+  uint64_t rejected = 0;           // refused by submit()
+  uint64_t completed = 0, cancelled = 0, timed_out = 0, failed = 0;
+  uint64_t prompt_tokens = 0;      // prompt tokens of accepted requests
+  uint64_t reused_tokens = 0;      // of them, served from a cached prefix
+  uint64_t generated_tokens = 0;
+  uint64_t steps = 0;              // forward passes
+  uint64_t batch_rows = 0;         // tokens over all steps
+  uint64_t decode_rows = 0;        // of them, one-token decode rows
+  int queue_depth = 0;             // waiting for a slot
+  int active = 0;                  // holding a slot
+  int last_batch_rows = 0;
+  int last_batch_sequences = 0;
+  double busy_seconds = 0;         // inside forward passes
+  uint64_t kv_bytes = 0;           // KV blocks allocated over all slots
+  ExpertStats experts;             // snapshot taken after the last step
+};
+
+class Scheduler {
+ public:
+  // The engine must outlive the scheduler, and no Session of it may run while the scheduler does
+  // (they would share the model's thread pool and expert store).
+  Scheduler(Engine& engine, const SchedulerOptions& options);
+  ~Scheduler();  // stops the thread; unfinished requests get kError
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  Submission submit(CompletionRequest request);
+  SchedulerStats stats() const;
+  int n_ctx() const;  // context per request
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// Chat prompt tokens for an OpenAI-style conversation. `messages_json`: the `messages` array as
+// JSON text; `tools_json`: the `tools` array or empty. Renders the model's chat template
+// (tokenizer.chat_template) with bos/eos token texts and add_generation_prompt; a model without a
+// template gets the plain fallback "role: content" lines ending with "assistant:". Throws
+// sluice::Error naming the problem when the template fails. `rendered` receives the prompt text.
+std::vector<int32_t> chat_prompt_tokens(Engine& engine, std::string_view messages_json,
+                                        std::string_view tools_json, std::string* rendered = nullptr);
+
+}  // namespace sluice

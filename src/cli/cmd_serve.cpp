@@ -1,0 +1,51 @@
+// `sluice serve`: loads a model and serves the OpenAI / Anthropic HTTP API with continuous
+// batching (src/server). Signals are blocked before any thread starts so that only the server's
+// signal thread receives SIGINT/SIGTERM; SIGPIPE is ignored (a vanished client is a failed write).
+#include <fmt/format.h>
+#include <signal.h>
+
+#include <filesystem>
+
+#include "cli/commands.h"
+#include "cli/options.h"
+#include "core/error.h"
+#include "core/units.h"
+#include "server/server.h"
+
+namespace sluice::cli {
+
+int cmd_serve(int argc, char** argv) {
+  CLI::App app{"Serve the OpenAI-compatible HTTP API (chat/completions, completions, messages)", "sluice serve"};
+  ModelFlags mf;
+  add_model_flags(app, mf);
+  server::ServerOptions so;
+  std::string max_body = "4MiB";
+  app.add_option("--host", so.host, "address to bind (default loopback only)")->capture_default_str();
+  app.add_option("--port", so.port, "TCP port (0: any free port, printed at startup)")->check(CLI::Range(0, 65535))->capture_default_str();
+  app.add_option("--parallel", so.scheduler.n_parallel, "requests decoded together in one batch")->check(CLI::Range(1, 256))->capture_default_str();
+  app.add_option("--max-queue", so.scheduler.max_queue, "requests that may wait for a slot; more get 503")->check(CLI::Range(0, 4096))->capture_default_str();
+  app.add_option("--prefill-chunk", so.scheduler.prefill_chunk, "prompt tokens evaluated per step (keeps running requests streaming)")->check(CLI::Range(1, 1 << 16))->capture_default_str();
+  app.add_option("--api-key", so.api_key, "require 'Authorization: Bearer KEY' (or x-api-key)");
+  app.add_option("--timeout", so.timeout_seconds, "seconds a request may take (0: none)")->check(CLI::Range(0.0, 1e9))->capture_default_str();
+  app.add_option("--max-body", max_body, "largest request body, e.g. 4MiB (larger: 413)")->capture_default_str();
+  app.add_option("--alias", so.model_name, "model id reported by /v1/models (default: the file name)");
+  SLUICE_PARSE(app, argc, argv);
+  so.max_body_bytes = parse_byte_size(max_body, "--max-body");
+  if (so.model_name.empty()) so.model_name = std::filesystem::path(mf.model).stem().string();
+
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  auto engine = Engine::load(engine_options(mf));
+  const ModelInfo& mi = engine->info();
+  fmt::print(stderr, "model: {} ({}, {} layers, {} experts top-{}), loaded in {:.2f} s; {}\n", mf.model, mi.architecture,
+             mi.n_layer, mi.n_expert, mi.n_expert_used, engine->load_seconds(), mi.experts_detail);
+  fmt::print(stderr, "chat template: {}\n", mi.chat_template.empty() ? "none (plain 'role: content' fallback)" : "from the model");
+  return server::serve(*engine, so);
+}
+
+}  // namespace sluice::cli

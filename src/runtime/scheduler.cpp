@@ -1,0 +1,452 @@
+// Continuous-batching scheduler (see sluice/serving.h). One thread owns the model while serving:
+// each step it admits queued requests into free KV slots, builds one Batch with a decode row per
+// generating request plus up to prefill_chunk prompt tokens of requests still in prefill, runs one
+// Model::forward over it, and samples each request that got logits with that request's own Sampler.
+//
+// Memory: one KvCache with a sequence per slot; blocks of 256 positions are allocated as a
+// sequence grows (paged), kept after a request finishes so the next request sharing its prefix
+// skips that prefill, and freed when a request is cancelled, times out or fails.
+// Determinism: a request's tokens depend only on its own prompt, options and seed; every op works
+// per row, so a greedy request produces the same tokens alone or batched.
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "core/error.h"
+#include "core/timer.h"
+#include "runtime/engine_impl.h"
+#include "sampling/sampler.h"
+#include "sluice/serving.h"
+
+namespace sluice {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Shared by the scheduler thread (producer) and the caller (consumer).
+class HandleState final : public CompletionHandle {
+ public:
+  bool next(CompletionEvent& event, std::chrono::milliseconds wait) override {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!cv_.wait_for(lock, wait, [&] { return !events_.empty(); })) return false;
+    event = std::move(events_.front());
+    events_.pop_front();
+    if (event.kind != CompletionEvent::Kind::kText) finished_ = true;
+    return true;
+  }
+  void cancel() override { cancelled_.store(true); }
+  bool finished() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return finished_;
+  }
+
+  bool cancelled() const { return cancelled_.load(); }
+  void push(CompletionEvent event) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      events_.push_back(std::move(event));
+    }
+    cv_.notify_all();
+  }
+  void push_text(std::string text) {
+    if (text.empty()) return;
+    CompletionEvent e;
+    e.text = std::move(text);
+    push(std::move(e));
+  }
+  void push_error(std::string message) {
+    CompletionEvent e;
+    e.kind = CompletionEvent::Kind::kError;
+    e.text = std::move(message);
+    push(std::move(e));
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<CompletionEvent> events_;
+  std::atomic<bool> cancelled_{false};
+  bool finished_ = false;
+};
+
+struct Pending {
+  std::shared_ptr<HandleState> handle;
+  CompletionRequest request;
+  std::optional<Clock::time_point> deadline;
+};
+
+// One KV sequence. ctx[0, kv.length(id)) is evaluated; an active request's unevaluated tail is
+// the rest of its prompt (prefill) or the one token sampled last (decode).
+struct Slot {
+  int id = 0;
+  std::vector<int32_t> ctx;
+  uint64_t last_used = 0;  // admission counter, for least-recently-used choice among equals
+  uint64_t admitted = 0;   // admission order: prefill budget goes to the oldest first
+
+  std::shared_ptr<HandleState> handle;  // null: idle
+  GenerateOptions options;
+  std::optional<Clock::time_point> deadline;
+  std::optional<Sampler> sampler;
+  std::optional<StreamDecoder> decoder;
+  std::optional<StopMatcher> stops;
+  GenerateResult result;
+  bool decoding = false;  // the first token has been sampled
+  Timer timer;
+};
+
+SamplingParams sampling_params(const SamplingOptions& so) {
+  return {so.temperature, so.top_k,          so.top_p,    so.min_p, so.repeat_penalty, so.presence_penalty,
+          so.frequency_penalty, so.penalty_last_n, so.seed};
+}
+
+}  // namespace
+
+struct Scheduler::Impl {
+  Engine& public_engine;  // for expert_stats()
+  Engine::Impl& engine;
+  SchedulerOptions options;
+  std::unique_ptr<KvCache> kv;
+  std::vector<Slot> slots;
+  uint64_t admissions = 0;
+
+  mutable std::mutex mutex;  // guards queue, stop, in_system and stats
+  std::condition_variable cv;
+  std::deque<Pending> queue;
+  bool stop = false;
+  int in_system = 0;  // queued + active
+  SchedulerStats stats;
+  std::thread thread;
+
+  Impl(Engine& e, const SchedulerOptions& o) : public_engine(e), engine(e.impl()), options(o) {
+    kv = engine.model->make_kv_cache(engine.n_ctx);
+    slots.resize(o.n_parallel);
+    for (int i = 0; i < o.n_parallel; ++i) slots[i].id = i;
+  }
+
+  bool any_active() const {
+    return std::any_of(slots.begin(), slots.end(), [](const Slot& s) { return s.handle != nullptr; });
+  }
+
+  // Length of the evaluated prefix of slot s shared with `prompt`, capped so that at least the
+  // last prompt token is evaluated again (its logits start generation).
+  int common_prefix(const Slot& s, const std::vector<int32_t>& prompt) const {
+    const int evaluated = std::min<int>(kv->length(s.id), s.ctx.size());
+    const int limit = std::min<int>(evaluated, static_cast<int>(prompt.size()) - 1);
+    int n = 0;
+    while (n < limit && s.ctx[n] == prompt[n]) ++n;
+    return n;
+  }
+
+  void start(Slot& s, Pending&& p) {
+    const std::vector<int32_t>& prompt = p.request.prompt;
+    int best = common_prefix(s, prompt);
+    int source = -1;
+    for (const Slot& o : slots) {
+      if (o.id == s.id) continue;
+      const int c = common_prefix(o, prompt);
+      if (c > best) best = c, source = o.id;
+    }
+    if (source >= 0)
+      kv->copy_prefix(source, s.id, best);
+    else
+      kv->truncate(s.id, best);
+    s.ctx = prompt;
+    s.handle = std::move(p.handle);
+    s.options = std::move(p.request.options);
+    s.deadline = p.deadline;
+    s.sampler.emplace(sampling_params(s.options.sampling));
+    for (int32_t t : prompt) s.sampler->accept(t);
+    s.decoder.emplace(*engine.tokenizer);
+    s.stops.emplace(s.options.stop);
+    s.result = GenerateResult{};
+    s.result.n_reused = best;
+    s.result.n_prompt = static_cast<int>(prompt.size()) - best;
+    s.decoding = false;
+    s.timer.reset();
+    s.last_used = s.admitted = ++admissions;
+    std::lock_guard<std::mutex> lock(mutex);
+    stats.reused_tokens += best;
+  }
+
+  // Ends the active request of slot s and sends its final event.
+  void finish(Slot& s, FinishReason reason, bool timed_out = false) {
+    if (reason == FinishReason::kLength || reason == FinishReason::kEog) {
+      std::string tail = s.stops->flush(s.decoder->flush());
+      s.result.text += tail;
+      s.handle->push_text(std::move(tail));
+    }
+    s.result.finish = reason;
+    (s.decoding ? s.result.decode_seconds : s.result.prefill_seconds) = s.timer.seconds();
+    release(s, reason == FinishReason::kCancelled);
+    CompletionEvent done;
+    done.kind = CompletionEvent::Kind::kDone;
+    done.timed_out = timed_out;
+    done.result = std::move(s.result);
+    s.handle->push(std::move(done));
+    s.handle.reset();
+    std::lock_guard<std::mutex> lock(mutex);
+    --in_system;
+    if (timed_out) ++stats.timed_out;
+    else if (reason == FinishReason::kCancelled) ++stats.cancelled;
+    else ++stats.completed;
+  }
+
+  void fail_slot(Slot& s, const std::string& message) {
+    release(s, true);
+    s.handle->push_error(message);
+    s.handle.reset();
+    std::lock_guard<std::mutex> lock(mutex);
+    --in_system;
+    ++stats.failed;
+  }
+
+  // Keeps only the evaluated context (for prefix reuse), or frees the slot's KV blocks.
+  void release(Slot& s, bool drop) {
+    s.sampler.reset();
+    s.decoder.reset();
+    s.stops.reset();
+    if (drop) {
+      kv->remove(s.id);
+      s.ctx.clear();
+    } else {
+      s.ctx.resize(std::min<size_t>(s.ctx.size(), kv->length(s.id)));
+    }
+  }
+
+  // Samples slot s's next token from `logits` and emits its text; may finish the request.
+  void on_logits(Slot& s, std::span<const float> logits) {
+    if (!s.decoding) {
+      s.decoding = true;
+      s.result.prefill_seconds = s.timer.seconds();
+      s.timer.reset();
+    }
+    if (static_cast<int>(s.result.tokens.size()) >= s.options.max_tokens ||
+        static_cast<int>(s.ctx.size()) >= kv->n_ctx())
+      return finish(s, FinishReason::kLength);
+    const int32_t tok = s.sampler->sample(logits);
+    s.sampler->accept(tok);
+    s.result.tokens.push_back(tok);
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      ++stats.generated_tokens;
+    }
+    if (s.options.stop_at_eog && engine.tokenizer->is_eog(tok)) return finish(s, FinishReason::kEog);
+    std::string piece = s.stops->push(s.decoder->push(tok));
+    s.result.text += piece;
+    s.handle->push_text(std::move(piece));
+    if (s.stops->matched()) return finish(s, FinishReason::kStop);
+    if (static_cast<int>(s.result.tokens.size()) >= s.options.max_tokens) return finish(s, FinishReason::kLength);
+    s.ctx.push_back(tok);
+  }
+
+  // Takes queued requests into idle slots; drops cancelled and expired ones. Called unlocked.
+  void admit(Clock::time_point now) {
+    std::vector<Pending> dropped_cancel, dropped_timeout;
+    for (;;) {
+      Pending p;
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        for (auto it = queue.begin(); it != queue.end();) {
+          if (it->handle->cancelled() || (it->deadline && now >= *it->deadline)) {
+            (it->handle->cancelled() ? dropped_cancel : dropped_timeout).push_back(std::move(*it));
+            it = queue.erase(it);
+            --in_system;
+          } else {
+            ++it;
+          }
+        }
+        if (queue.empty()) break;
+        if (std::none_of(slots.begin(), slots.end(), [](const Slot& s) { return !s.handle; })) break;
+        p = std::move(queue.front());
+        queue.pop_front();
+      }
+      // The idle slot sharing the longest prefix, else the least recently used one.
+      Slot* best = nullptr;
+      int best_common = -1;
+      for (Slot& s : slots) {
+        if (s.handle) continue;
+        const int c = common_prefix(s, p.request.prompt);
+        if (c > best_common || (c == best_common && s.last_used < best->last_used)) best = &s, best_common = c;
+      }
+      start(*best, std::move(p));
+    }
+    for (auto& [list, timed_out] : {std::pair{&dropped_cancel, false}, std::pair{&dropped_timeout, true}})
+      for (Pending& p : *list) {
+        CompletionEvent done;
+        done.kind = CompletionEvent::Kind::kDone;
+        done.result.finish = FinishReason::kCancelled;
+        done.timed_out = timed_out;
+        p.handle->push(std::move(done));
+        std::lock_guard<std::mutex> lock(mutex);
+        ++(timed_out ? stats.timed_out : stats.cancelled);
+      }
+  }
+
+  void step(Batch& batch, std::vector<float>& logits, std::vector<int>& rows) {
+    const Clock::time_point now = Clock::now();
+    for (Slot& s : slots) {
+      if (!s.handle) continue;
+      if (s.handle->cancelled()) finish(s, FinishReason::kCancelled);
+      else if (s.deadline && now >= *s.deadline) finish(s, FinishReason::kCancelled, true);
+    }
+    batch.clear();
+    rows.clear();
+    int n_decode = 0, n_seq = 0;
+    for (Slot& s : slots) {
+      if (!s.handle || !s.decoding) continue;
+      const int pos = kv->length(s.id);
+      batch.add(s.ctx[pos], pos, s.id, true);
+      rows.push_back(s.id);
+      ++n_decode, ++n_seq;
+    }
+    std::vector<Slot*> prefilling;
+    for (Slot& s : slots)
+      if (s.handle && !s.decoding) prefilling.push_back(&s);
+    std::sort(prefilling.begin(), prefilling.end(), [](Slot* a, Slot* b) { return a->admitted < b->admitted; });
+    int budget = std::max(1, options.prefill_chunk);
+    for (Slot* s : prefilling) {
+      const int pos = kv->length(s->id);
+      const int end = std::min<int>(s->ctx.size(), pos + budget);
+      if (end <= pos) break;
+      for (int i = pos; i < end; ++i) batch.add(s->ctx[i], i, s->id, i + 1 == static_cast<int>(s->ctx.size()));
+      if (end == static_cast<int>(s->ctx.size())) rows.push_back(s->id);
+      budget -= end - pos;
+      ++n_seq;
+    }
+    if (batch.size() == 0) return;
+
+    Timer t;
+    try {
+      engine.model->forward(*engine.pool, batch, *kv, logits);
+    } catch (const std::exception& e) {
+      // The cache state of every sequence in the failed step is unknown: fail them all.
+      for (Slot& s : slots)
+        if (s.handle) fail_slot(s, e.what());
+      return;
+    }
+    const double secs = t.seconds();
+    const size_t n_vocab = engine.model->hparams().n_vocab;
+    for (size_t k = 0; k < rows.size(); ++k)
+      on_logits(slots[rows[k]], std::span<const float>(logits.data() + k * n_vocab, n_vocab));
+
+    const ExpertStats es = public_engine.expert_stats();
+    std::lock_guard<std::mutex> lock(mutex);
+    ++stats.steps;
+    stats.batch_rows += batch.size();
+    stats.decode_rows += n_decode;
+    stats.last_batch_rows = static_cast<int>(batch.size());
+    stats.last_batch_sequences = n_seq;
+    stats.busy_seconds += secs;
+    stats.kv_bytes = kv->allocated_bytes();
+    stats.experts = es;
+  }
+
+  void run() {
+    Batch batch;
+    std::vector<float> logits;
+    std::vector<int> rows;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mutex);
+        cv.wait(lock, [&] { return stop || !queue.empty() || any_active(); });
+        if (stop) break;
+      }
+      admit(Clock::now());
+      step(batch, logits, rows);
+      std::lock_guard<std::mutex> lock(mutex);
+      stats.queue_depth = static_cast<int>(queue.size());
+      stats.active = static_cast<int>(std::count_if(slots.begin(), slots.end(), [](const Slot& s) { return s.handle != nullptr; }));
+    }
+    for (Slot& s : slots)
+      if (s.handle) fail_slot(s, "the server is shutting down");
+    std::lock_guard<std::mutex> lock(mutex);
+    for (Pending& p : queue) p.handle->push_error("the server is shutting down");
+    queue.clear();
+  }
+};
+
+Scheduler::Scheduler(Engine& engine, const SchedulerOptions& options) {
+  if (options.n_parallel < 1 || options.n_parallel > 256)
+    fail("--parallel {}: expected 1 to 256 sequences", options.n_parallel);
+  if (options.max_queue < 0) fail("--max-queue {}: expected 0 or more", options.max_queue);
+  if (options.prefill_chunk < 1) fail("prefill chunk {}: expected at least 1 token", options.prefill_chunk);
+  impl_ = std::make_unique<Impl>(engine, options);
+  impl_->thread = std::thread([this] { impl_->run(); });
+}
+
+Scheduler::~Scheduler() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    impl_->stop = true;
+  }
+  impl_->cv.notify_all();
+  impl_->thread.join();
+}
+
+int Scheduler::n_ctx() const { return impl_->kv->n_ctx(); }
+
+SchedulerStats Scheduler::stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->stats;
+}
+
+Submission Scheduler::submit(CompletionRequest request) {
+  Impl& m = *impl_;
+  Submission out;
+  const int n_vocab = m.engine.model->hparams().n_vocab;
+  if (request.prompt.empty()) {
+    out.status = SubmitStatus::kInvalid;
+    out.message = "the prompt is empty";
+  } else if (static_cast<int>(request.prompt.size()) >= m.kv->n_ctx()) {
+    out.status = SubmitStatus::kContextOverflow;
+    out.message = fmt::format("the prompt has {} tokens but the context holds {} (one position must remain to generate)",
+                              request.prompt.size(), m.kv->n_ctx());
+  } else if (request.options.max_tokens < 0) {
+    out.status = SubmitStatus::kInvalid;
+    out.message = fmt::format("max_tokens {} is negative", request.options.max_tokens);
+  } else {
+    for (int32_t t : request.prompt)
+      if (t < 0 || t >= n_vocab) {
+        out.status = SubmitStatus::kInvalid;
+        out.message = fmt::format("token id {} is outside the vocabulary (0..{})", t, n_vocab - 1);
+        break;
+      }
+  }
+  if (out.status != SubmitStatus::kOk) {
+    std::lock_guard<std::mutex> lock(m.mutex);
+    ++m.stats.rejected;
+    return out;
+  }
+  auto handle = std::make_shared<HandleState>();
+  {
+    std::lock_guard<std::mutex> lock(m.mutex);
+    if (m.stop || m.in_system >= m.options.n_parallel + m.options.max_queue) {
+      ++m.stats.rejected;
+      out.status = SubmitStatus::kQueueFull;
+      out.message = fmt::format("all {} slots are busy and {} requests are waiting", m.options.n_parallel,
+                                m.options.max_queue);
+      return out;
+    }
+    Pending p;
+    p.handle = handle;
+    if (request.timeout_seconds > 0)
+      p.deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                      std::chrono::duration<double>(request.timeout_seconds));
+    m.stats.prompt_tokens += request.prompt.size();
+    p.request = std::move(request);
+    m.queue.push_back(std::move(p));
+    ++m.in_system;
+    ++m.stats.requests;
+    m.stats.queue_depth = static_cast<int>(m.queue.size());
+  }
+  m.cv.notify_all();
+  out.handle = std::move(handle);
+  return out;
+}
+
+}  // namespace sluice

@@ -1,0 +1,58 @@
+// The HTTP API's request and response shapes: OpenAI chat/completions and completions, and
+// Anthropic messages. Parsing validates every field it reads and throws ApiError naming the field,
+// so the routes never see a malformed request; formatting builds the JSON bodies and SSE events.
+// Uses only the public API (sluice/sluice.h).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <stdexcept>
+#include <string>
+
+#include "sluice/sluice.h"
+
+namespace sluice::server {
+
+// An error returned to the client: HTTP status plus the OpenAI error object
+// {"error": {"message", "type", "param", "code"}} (Anthropic routes reshape it).
+struct ApiError : std::runtime_error {
+  ApiError(int status, std::string message, std::string type, std::string param = {}, std::string code = {})
+      : std::runtime_error(message), status(status), type(std::move(type)), param(std::move(param)),
+        code(std::move(code)) {}
+  int status;
+  std::string type, param, code;
+};
+
+enum class Api { kChat, kCompletion, kMessages };
+
+struct ParsedRequest {
+  Api api = Api::kChat;
+  CompletionRequest request;  // prompt tokens and generation options
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  std::string prompt_field;    // the field named when the prompt does not fit: messages or prompt
+};
+
+// Parses and validates a request body for `api`; tokenizes the prompt (chat: through the model's
+// chat template). Throws ApiError (400) on malformed JSON, wrong types or values out of range.
+ParsedRequest parse_request(Api api, const std::string& body, Engine& engine);
+
+// Error bodies: OpenAI shape, or Anthropic's {"type":"error","error":{"type","message"}}.
+nlohmann::json error_body(Api api, const ApiError& e);
+
+// Response formatting for one request. `id` and `created` are fixed per request.
+struct ResponseFormat {
+  Api api;
+  std::string id, model;
+  int64_t created = 0;
+  int n_prompt_tokens = 0;  // the whole prompt (cached prefix included), for usage
+
+  nlohmann::json full(const GenerateResult& r) const;  // non-streaming body
+  // SSE events, each a complete "data: ...\n\n" (or "event: ...\ndata: ...\n\n") block.
+  std::string stream_begin() const;
+  std::string stream_text(const std::string& text) const;
+  std::string stream_end(const GenerateResult& r, bool include_usage) const;
+  std::string stream_error(const ApiError& e) const;
+};
+
+}  // namespace sluice::server
