@@ -1,0 +1,361 @@
+// End-to-end tests of `sluice serve` on the shipped tiny model: the binary is started on a free
+// loopback port (--port 0, the port read from its stdout, then /health polled) and spoken to over
+// raw sockets, so the bytes on the wire are what is checked. Covers authentication, malformed
+// and mistyped requests, oversized bodies, context overflow, a full queue, a client vanishing
+// mid-stream, prefix reuse, the Anthropic shape and metrics; then runs the `openai` npm client
+// tests (tests/node/serve_openai.mjs) against a second server.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <future>
+#include <memory>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../unit/test_util.h"
+
+namespace {
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+const std::string kSource = SLUICE_SOURCE_DIR;
+const std::string kModel = kSource + "/models/sluice-tiny-moe.gguf";
+const std::string kKey = "test-key";
+
+struct Http {
+  int status = 0;
+  std::string headers, body;
+  json j() const { return json::parse(body, nullptr, false); }
+};
+
+int connect_to(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+std::string request_text(const std::string& method, const std::string& path, const std::string& body,
+                         const std::string& auth) {
+  std::string r = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n";
+  if (!auth.empty()) r += "Authorization: Bearer " + auth + "\r\n";
+  if (method == "POST") r += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+  return r + "\r\n" + body;
+}
+
+std::string dechunk(const std::string& s) {
+  std::string out;
+  size_t at = 0;
+  while (at < s.size()) {
+    const size_t eol = s.find("\r\n", at);
+    if (eol == std::string::npos) break;
+    const size_t n = std::stoul(s.substr(at, eol - at), nullptr, 16);
+    if (n == 0) break;
+    out += s.substr(eol + 2, n);
+    at = eol + 2 + n + 2;
+  }
+  return out;
+}
+
+// One request on a fresh connection, read to EOF.
+Http http(int port, const std::string& method, const std::string& path, const std::string& body = "",
+          const std::string& auth = kKey) {
+  Http h;
+  const int fd = connect_to(port);
+  if (fd < 0) return h;
+  const std::string req = request_text(method, path, body, auth);
+  size_t sent = 0;
+  while (sent < req.size()) {
+    const ssize_t n = send(fd, req.data() + sent, req.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) break;  // the server may answer (413) and close before reading everything
+    sent += n;
+  }
+  std::string raw;
+  char buf[65536];
+  ssize_t n;
+  while ((n = recv(fd, buf, sizeof buf, 0)) > 0) raw.append(buf, n);
+  close(fd);
+  const size_t split = raw.find("\r\n\r\n");
+  if (raw.size() < 12 || split == std::string::npos) return h;
+  h.status = std::stoi(raw.substr(9, 3));
+  h.headers = raw.substr(0, split);
+  h.body = raw.substr(split + 4);
+  if (h.headers.find("Transfer-Encoding: chunked") != std::string::npos) h.body = dechunk(h.body);
+  return h;
+}
+
+// `sluice serve --port 0 ...` as a child process; stderr goes to a file in the scratch dir.
+class Server {
+ public:
+  explicit Server(std::vector<std::string> args) {
+    args.insert(args.begin(), {SLUICE_BIN, "serve", "-m", kModel, "--port", "0", "-t", "1"});
+    log_ = (sluice::test::scratch_dir() / ("serve-" + std::to_string(reinterpret_cast<uintptr_t>(this)) + ".log")).string();
+    int out[2];
+    if (pipe(out) != 0) return;
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(out[1], 1);
+      const int err = open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(err, 2);
+      close(out[0]);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    close(out[1]);
+    std::string text;
+    const std::regex re("listening on http://127\\.0\\.0\\.1:(\\d+)");
+    std::smatch m;
+    const auto until = std::chrono::steady_clock::now() + 60s;
+    while (!std::regex_search(text, m, re) && std::chrono::steady_clock::now() < until) {
+      pollfd p{out[0], POLLIN, 0};
+      if (poll(&p, 1, 200) <= 0) continue;
+      char buf[256];
+      const ssize_t n = read(out[0], buf, sizeof buf);
+      if (n <= 0) break;
+      text.append(buf, n);
+    }
+    close(out[0]);
+    if (std::regex_search(text, m, re)) port_ = std::stoi(m[1]);
+    while (port_ > 0 && std::chrono::steady_clock::now() < until && http(port_, "GET", "/health").status != 200)
+      std::this_thread::sleep_for(50ms);
+  }
+  ~Server() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGTERM);
+    int st = 0;
+    waitpid(pid_, &st, 0);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "server did not stop cleanly; log: " << log_;
+  }
+  int port() const { return port_; }
+  const std::string& log() const { return log_; }
+
+ private:
+  pid_t pid_ = -1;
+  int port_ = 0;
+  std::string log_;
+};
+
+json metrics(int port) {
+  json m = json::object();
+  const std::string text = http(port, "GET", "/metrics").body;
+  std::regex line("^(sluice_[a-z_]+) ([0-9.e+-]+)$", std::regex::multiline);
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), line); it != std::sregex_iterator(); ++it)
+    m[(*it)[1].str()] = std::stod((*it)[2].str());
+  return m;
+}
+
+void expect_error(const Http& h, int status, const std::string& param, const std::string& code = "") {
+  EXPECT_EQ(h.status, status) << h.body;
+  const json j = h.j();
+  ASSERT_TRUE(j.contains("error")) << h.body;
+  EXPECT_TRUE(j["error"]["message"].is_string()) << h.body;
+  EXPECT_TRUE(j["error"]["type"].is_string()) << h.body;
+  if (!param.empty()) {
+    EXPECT_EQ(j["error"]["param"], param) << h.body;
+  }
+  if (!code.empty()) {
+    EXPECT_EQ(j["error"]["code"], code) << h.body;
+  }
+}
+
+// One slot and one queue place, so a third concurrent request is refused; small body limit.
+class ServeRobustness : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    server_ = new Server({"--parallel", "1", "--max-queue", "1", "--api-key", kKey, "--max-body", "16KiB", "--timeout", "60"});
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  void SetUp() override { ASSERT_GT(server_->port(), 0) << "server did not start; log: " << server_->log(); }
+  int port() const { return server_->port(); }
+  static Server* server_;
+};
+Server* ServeRobustness::server_ = nullptr;
+
+const std::string kLong = R"({"prompt":"And God said","max_tokens":100,"temperature":0,"ignore_eos":true,"stream":true})";
+
+}  // namespace
+
+TEST_F(ServeRobustness, HealthNeedsNoKeyButTheApiDoes) {
+  EXPECT_EQ(http(port(), "GET", "/health", "", "").status, 200);
+  expect_error(http(port(), "GET", "/v1/models", "", ""), 401, "", "invalid_api_key");
+  expect_error(http(port(), "POST", "/v1/completions", R"({"prompt":"a"})", "wrong"), 401, "", "invalid_api_key");
+  const Http ok = http(port(), "GET", "/v1/models");
+  EXPECT_EQ(ok.status, 200);
+  EXPECT_EQ(ok.j()["data"][0]["id"], "sluice-tiny-moe");
+}
+
+TEST_F(ServeRobustness, MalformedJsonAndWrongTypesAre400NamingTheField) {
+  expect_error(http(port(), "POST", "/v1/completions", "{\"prompt\": \"a\""), 400, "", "invalid_json");
+  expect_error(http(port(), "POST", "/v1/completions", "[1,2]"), 400, "", "invalid_type");
+  expect_error(http(port(), "POST", "/v1/completions", R"({"prompt":"a","max_tokens":"ten"})"), 400, "max_tokens", "invalid_type");
+  expect_error(http(port(), "POST", "/v1/completions", R"({"prompt":"a","max_tokens":-1})"), 400, "max_tokens");
+  expect_error(http(port(), "POST", "/v1/completions", R"({"prompt":"a","temperature":9})"), 400, "temperature");
+  expect_error(http(port(), "POST", "/v1/completions", R"({"prompt":"a","stop":[1]})"), 400, "stop", "invalid_type");
+  expect_error(http(port(), "POST", "/v1/completions", R"({"prompt":[99999999]})"), 400, "prompt");
+  expect_error(http(port(), "POST", "/v1/completions", R"({"max_tokens":3})"), 400, "prompt");
+  expect_error(http(port(), "POST", "/v1/completions", R"({"prompt":"a","stream":"yes"})"), 400, "stream", "invalid_type");
+  expect_error(http(port(), "POST", "/v1/chat/completions", R"({"messages":"hi"})"), 400, "messages", "invalid_type");
+  expect_error(http(port(), "POST", "/v1/chat/completions", R"({"messages":[{"role":"user","content":5}]})"), 400,
+               "messages[0].content", "invalid_type");
+  expect_error(http(port(), "POST", "/v1/chat/completions", R"({"messages":[{"content":"x"}]})"), 400, "messages[0].role");
+  expect_error(http(port(), "POST", "/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"seed":1.5})"),
+               400, "seed", "invalid_type");
+  const Http anth = http(port(), "POST", "/v1/messages", R"({"messages":[{"role":"user","content":"x"}]})");
+  EXPECT_EQ(anth.status, 400);
+  EXPECT_EQ(anth.j()["type"], "error");
+  EXPECT_EQ(anth.j()["error"]["type"], "invalid_request_error");
+  expect_error(http(port(), "GET", "/v1/nothing"), 404, "");
+  EXPECT_EQ(http(port(), "GET", "/health").status, 200);
+}
+
+TEST_F(ServeRobustness, OversizedBodyIs413AndLongPromptIsContextOverflow) {
+  const std::string big = R"({"prompt":")" + std::string(20000, 'a') + R"("})";
+  expect_error(http(port(), "POST", "/v1/completions", big), 413, "", "payload_too_large");
+  std::string words;
+  for (int i = 0; i < 200; ++i) words += " and the LORD";
+  expect_error(http(port(), "POST", "/v1/completions", R"({"prompt":")" + words + R"("})"), 400, "prompt",
+               "context_length_exceeded");
+  expect_error(http(port(), "POST", "/v1/chat/completions", R"({"messages":[{"role":"user","content":")" + words + R"("}]})"),
+               400, "messages", "context_length_exceeded");
+}
+
+TEST_F(ServeRobustness, FullQueueIs503WithRetryAfter) {
+  // One slot, one queue place: of six simultaneous long requests at least one must be refused.
+  std::vector<std::future<Http>> all;
+  for (int i = 0; i < 6; ++i) all.push_back(std::async(std::launch::async, [&] { return http(port(), "POST", "/v1/completions", kLong); }));
+  int ok = 0, busy = 0;
+  for (auto& f : all) {
+    const Http h = f.get();
+    if (h.status == 200) {
+      ++ok;
+      EXPECT_NE(h.body.find("data: [DONE]"), std::string::npos);
+    } else {
+      ++busy;
+      expect_error(h, 503, "", "queue_full");
+      EXPECT_NE(h.headers.find("Retry-After: 1"), std::string::npos) << h.headers;
+    }
+  }
+  EXPECT_GE(ok, 1);
+  EXPECT_GE(busy, 1);
+}
+
+TEST_F(ServeRobustness, DisconnectMidStreamCancelsAndFreesTheSlot) {
+  const double cancelled_before = metrics(port()).value("sluice_requests_cancelled_total", 0.0);
+  const int fd = connect_to(port());
+  ASSERT_GE(fd, 0);
+  const std::string req = request_text("POST", "/v1/completions", kLong, kKey);
+  ASSERT_EQ(send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+  std::string got;
+  char buf[4096];
+  while (got.find("data: {") == std::string::npos) {
+    const ssize_t n = recv(fd, buf, sizeof buf, 0);
+    ASSERT_GT(n, 0);
+    got.append(buf, n);
+  }
+  close(fd);  // mid-stream: the server's next writes fail
+  json m;
+  for (int i = 0; i < 100; ++i) {
+    m = metrics(port());
+    if (m.value("sluice_requests_cancelled_total", 0.0) > cancelled_before && m.value("sluice_active_requests", 1.0) == 0) break;
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_GT(m.value("sluice_requests_cancelled_total", 0.0), cancelled_before);
+  EXPECT_EQ(m.value("sluice_active_requests", -1.0), 0);
+  // Still serving.
+  const Http h = http(port(), "POST", "/v1/completions", R"({"prompt":"And God said","max_tokens":4,"temperature":0})");
+  EXPECT_EQ(h.status, 200) << h.body;
+  EXPECT_EQ(h.j()["usage"]["completion_tokens"], 4);
+}
+
+TEST_F(ServeRobustness, RepeatedPromptReusesTheCachedPrefix) {
+  const std::string body = R"({"prompt":"And the earth was without form, and void","max_tokens":6,"temperature":0})";
+  const Http a = http(port(), "POST", "/v1/completions", body);
+  const double reused = metrics(port()).value("sluice_prompt_tokens_reused_total", 0.0);
+  const Http b = http(port(), "POST", "/v1/completions", body);
+  ASSERT_EQ(a.status, 200);
+  ASSERT_EQ(b.status, 200);
+  EXPECT_EQ(a.j()["choices"][0]["text"], b.j()["choices"][0]["text"]);
+  const int n_prompt = b.j()["usage"]["prompt_tokens"];
+  EXPECT_EQ(metrics(port()).value("sluice_prompt_tokens_reused_total", 0.0) - reused, n_prompt - 1);
+}
+
+TEST_F(ServeRobustness, AnthropicMessagesShapeAndStreamEvents) {
+  const std::string body = R"({"model":"x","max_tokens":5,"temperature":0,"system":"Be brief.",
+                               "messages":[{"role":"user","content":[{"type":"text","text":"Who is the LORD?"}]}]})";
+  const Http h = http(port(), "POST", "/v1/messages", body);
+  ASSERT_EQ(h.status, 200) << h.body;
+  const json j = h.j();
+  EXPECT_EQ(j["type"], "message");
+  EXPECT_EQ(j["role"], "assistant");
+  EXPECT_EQ(j["content"][0]["type"], "text");
+  EXPECT_EQ(j["stop_reason"], "max_tokens");
+  EXPECT_EQ(j["usage"]["output_tokens"], 5);
+  json sj = json::parse(body);
+  sj["stream"] = true;
+  const Http s = http(port(), "POST", "/v1/messages", sj.dump());
+  ASSERT_EQ(s.status, 200);
+  std::string text;
+  std::regex delta(R"(event: content_block_delta\ndata: (.*)\n)");
+  for (auto it = std::sregex_iterator(s.body.begin(), s.body.end(), delta); it != std::sregex_iterator(); ++it)
+    text += json::parse((*it)[1].str())["delta"]["text"].get<std::string>();
+  EXPECT_EQ(text, j["content"][0]["text"]);
+  size_t at = 0;
+  for (const char* ev : {"message_start", "content_block_start", "content_block_delta", "content_block_stop", "message_delta", "message_stop"}) {
+    const size_t next = s.body.find(std::string("event: ") + ev, at);
+    EXPECT_NE(next, std::string::npos) << ev << " missing or out of order";
+    if (next != std::string::npos) at = next;
+  }
+}
+
+TEST_F(ServeRobustness, MetricsAreExposed) {
+  const std::string text = http(port(), "GET", "/metrics").body;
+  for (const char* name : {"sluice_requests_total", "sluice_generated_tokens_total", "sluice_queue_depth", "sluice_batch_size",
+                           "sluice_expert_cache_hits_total", "sluice_expert_cache_misses_total", "sluice_expert_bytes_read_total",
+                           "sluice_expert_stall_seconds_total", "sluice_http_responses_total{code=\"200\"}"})
+    EXPECT_NE(text.find(name), std::string::npos) << name;
+  EXPECT_GT(metrics(port()).value("sluice_expert_requests_total", 0.0), 0);
+}
+
+TEST(ServeOpenAiClient, NodeClientTestsPass) {
+  const std::filesystem::path node_dir = kSource + "/tests/node";
+  if (!std::filesystem::exists(node_dir / "node_modules/openai") || std::system("node --version > /dev/null 2>&1") != 0)
+    GTEST_SKIP() << "node or tests/node/node_modules/openai missing (run npm ci in tests/node)";
+  Server server({"--parallel", "8", "--api-key", kKey});
+  ASSERT_GT(server.port(), 0) << "server did not start; log: " << server.log();
+  const std::string cmd = "cd '" + node_dir.string() + "' && node serve_openai.mjs http://127.0.0.1:" +
+                          std::to_string(server.port()) + "/v1 " + kKey + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int st = pclose(p);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << out;
+  EXPECT_EQ(out.find("FAIL"), std::string::npos) << out;
+  EXPECT_NE(out.find("ok   concurrency"), std::string::npos) << out;
+}
