@@ -43,6 +43,13 @@ int cmd_gen_model(int argc, char** argv) {
   auto* head_dim = app.add_option("--head-dim", o.head_dim, "head size");
   auto* vocab = app.add_option("--vocab", o.n_vocab, "vocabulary rows (the tokenizer is padded to it)");
   auto* ctx = app.add_option("--ctx", o.n_ctx, "context_length key");
+  auto* shared = app.add_option("--shared-experts", o.n_expert_shared, "shared experts per MoE layer (deepseek2, glm4moe)");
+  auto* dense = app.add_option("--leading-dense", o.n_leading_dense,
+                               "leading dense layers (default: the preset's, at most layers - 1)");
+  auto* q_lora = app.add_option("--q-lora", o.q_lora_rank, "MLA query rank, 0 for a plain attn_q (deepseek2)");
+  auto* kv_lora = app.add_option("--kv-lora", o.kv_lora_rank, "MLA KV latent rank (deepseek2)");
+  auto* rope_dim = app.add_option("--rope-dim", o.rope_dim, "MLA rotated dims per head on top of --head-dim (deepseek2)");
+  auto* nextn = app.add_option("--nextn", o.n_nextn, "multi-token-prediction layers after the main ones (glm4moe)");
   auto* t_exp = app.add_option("--type-experts", type_experts, "routed expert weights type (default Q4_K)");
   auto* t_attn = app.add_option("--type-attn", type_attn, "attention weights type (default Q4_K, attn_v Q6_K)");
   auto* t_embd = app.add_option("--type-embd", type_embd, "token embedding type (default Q4_K)");
@@ -71,6 +78,12 @@ int cmd_gen_model(int argc, char** argv) {
   take(head_dim, s.head_dim, o.head_dim);
   take(vocab, s.n_vocab, o.n_vocab);
   take(ctx, s.n_ctx, o.n_ctx);
+  take(shared, s.n_expert_shared, o.n_expert_shared);
+  take(dense, s.n_leading_dense, o.n_leading_dense);
+  take(q_lora, s.q_lora_rank, o.q_lora_rank);
+  take(kv_lora, s.kv_lora_rank, o.kv_lora_rank);
+  take(rope_dim, s.rope_dim, o.rope_dim);
+  take(nextn, s.n_nextn, o.n_nextn);
   take(zipf, s.zipf, o.zipf);
   take(seed, s.seed, o.seed);
   if (t_exp->count()) s.type_experts = parse_type("--type-experts", type_experts);

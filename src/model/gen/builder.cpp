@@ -115,6 +115,59 @@ void ModelBuilder::arch_f32(const std::string& suffix, float v) {
   writer_.set(spec_.arch + "." + suffix, gguf::Value::f32(v));
 }
 
+void ModelBuilder::arch_bool(const std::string& suffix, bool v) {
+  writer_.set(spec_.arch + "." + suffix, gguf::Value::boolean(v));
+}
+
+GgmlType ModelBuilder::fit_type(GgmlType type, int64_t n_in) {
+  auto fits = [n_in](GgmlType t) { return n_in % type_traits(t).block_elems == 0; };
+  if (fits(type)) return type;
+  // llama.cpp's fallbacks for rows that are no multiple of 256.
+  GgmlType t = GgmlType::Q8_0;
+  switch (type) {
+    case GgmlType::Q2_K: case GgmlType::Q3_K: case GgmlType::IQ4_XS: case GgmlType::IQ2_XXS: case GgmlType::IQ2_XS:
+    case GgmlType::IQ2_S: case GgmlType::IQ3_XXS: case GgmlType::IQ3_S: case GgmlType::IQ1_S: case GgmlType::IQ1_M:
+      t = GgmlType::IQ4_NL;
+      break;
+    case GgmlType::TQ1_0: case GgmlType::TQ2_0: t = GgmlType::Q4_0; break;
+    case GgmlType::Q4_K: t = GgmlType::Q5_0; break;
+    case GgmlType::Q5_K: t = GgmlType::Q5_1; break;
+    default: break;
+  }
+  if (fits(t)) return t;
+  return fits(GgmlType::F16) ? GgmlType::F16 : GgmlType::F32;
+}
+
+int ModelBuilder::n_leading_dense() const {
+  if (spec_.n_expert == 0) return spec_.n_layer;
+  return std::min(spec_.n_leading_dense, spec_.n_layer - 1);
+}
+
+void ModelBuilder::moe_keys() {
+  const GenSpec& s = spec_;
+  arch_u32("expert_feed_forward_length", s.n_ff_exp);
+  arch_u32("expert_shared_count", s.n_expert_shared);
+  arch_u32("leading_dense_block_count", n_leading_dense());
+  if (s.expert_weights_scale != 0.0f) arch_f32("expert_weights_scale", s.expert_weights_scale);
+  if (s.expert_weights_norm) arch_bool("expert_weights_norm", true);
+  arch_u32("expert_gating_func", s.sigmoid_gating ? 2 : 1);  // llama.cpp: 1 softmax, 2 sigmoid
+  if (s.n_expert_groups > 0) {
+    arch_u32("expert_group_count", s.n_expert_groups);
+    arch_u32("expert_group_used_count", s.n_group_used);
+  }
+}
+
+void ModelBuilder::yarn_keys() {
+  const GenSpec& s = spec_;
+  if (s.yarn_factor <= 0.0f) return;
+  writer_.set(s.arch + ".rope.scaling.type", gguf::Value::str("yarn"));
+  arch_f32("rope.scaling.factor", s.yarn_factor);
+  arch_u32("rope.scaling.original_context_length", s.yarn_orig_ctx);
+  arch_f32("rope.scaling.yarn_beta_fast", s.yarn_beta_fast);
+  arch_f32("rope.scaling.yarn_beta_slow", s.yarn_beta_slow);
+  if (s.yarn_log_mul != 0.0f) arch_f32("rope.scaling.yarn_log_multiplier", s.yarn_log_mul);
+}
+
 void ModelBuilder::common_keys() {
   const GenSpec& s = spec_;
   writer_.set("general.architecture", gguf::Value::str(s.arch));
@@ -151,8 +204,10 @@ void ModelBuilder::weight(const std::string& name, GgmlType type, std::vector<in
   });
 }
 
-void ModelBuilder::norm(const std::string& name, int64_t n, float value) {
-  add(name, GgmlType::F32, {n}, [value](std::byte* dst, size_t bytes) {
+void ModelBuilder::norm(const std::string& name, int64_t n, float value) { constant(name, {n}, value); }
+
+void ModelBuilder::constant(const std::string& name, std::vector<int64_t> ne, float value) {
+  add(name, GgmlType::F32, std::move(ne), [value](std::byte* dst, size_t bytes) {
     for (size_t i = 0; i < bytes; i += 4) std::memcpy(dst + i, &value, 4);
   });
 }
@@ -180,7 +235,6 @@ void ModelBuilder::attention(int il, bool qk_norm) {
   // layer 15, and routers then favour the same experts without --zipf). Scaling q and k by 3 each
   // (score std ≈ 9) makes attention pick a few positions per query, as trained models do; the
   // shared part then stays near 30 %. With QK-norm the norm weights carry the factor.
-  constexpr float kQkScale = 3.0f;
   const double q_rms = (qk_norm ? 1.0 : kQkScale) / std::sqrt(static_cast<double>(s.n_embd));
   norm(blk(il, "attn_norm.weight"), s.n_embd);
   weight(blk(il, "attn_q.weight"), s.type_attn, {s.n_embd, q_dim}, q_rms);
@@ -193,14 +247,28 @@ void ModelBuilder::attention(int il, bool qk_norm) {
   }
 }
 
+void ModelBuilder::attention_biases(int il, bool output) {
+  const GenSpec& s = spec_;
+  const int64_t q_dim = int64_t{s.n_head} * s.head_dim, kv_dim = int64_t{s.n_head_kv} * s.head_dim;
+  weight(blk(il, "attn_q.bias"), GgmlType::F32, {q_dim}, 0.1);
+  weight(blk(il, "attn_k.bias"), GgmlType::F32, {kv_dim}, 0.1);
+  weight(blk(il, "attn_v.bias"), GgmlType::F32, {kv_dim}, 0.1);
+  if (output) weight(blk(il, "attn_output.bias"), GgmlType::F32, {s.n_embd}, 0.1);
+}
+
 void ModelBuilder::dense_ffn(int il) {
   const GenSpec& s = spec_;
-  weight(blk(il, "ffn_gate.weight"), s.type_dense, {s.n_embd, s.n_ff});
-  weight(blk(il, "ffn_up.weight"), s.type_dense, {s.n_embd, s.n_ff});
-  weight(blk(il, "ffn_down.weight"), s.type_dense, {s.n_ff, s.n_embd});
+  weight(blk(il, "ffn_gate.weight"), fit_type(s.type_dense, s.n_embd), {s.n_embd, s.n_ff});
+  weight(blk(il, "ffn_up.weight"), fit_type(s.type_dense, s.n_embd), {s.n_embd, s.n_ff});
+  weight(blk(il, "ffn_down.weight"), fit_type(s.type_dense, s.n_ff), {s.n_ff, s.n_embd});
 }
 
 void ModelBuilder::moe(int il) {
+  router(il, /*with_bias=*/false);
+  experts(il, /*with_biases=*/false);
+}
+
+void ModelBuilder::router(int il, bool with_bias) {
   const GenSpec& s = spec_;
   // Popularity ranks are shuffled per layer, so each layer has its own favourite experts.
   std::vector<int> rank(s.n_expert);
@@ -220,7 +288,14 @@ void ModelBuilder::moe(int il) {
     for (size_t e = 0; e < row_scale.size(); ++e)
       for (int64_t i = 0; i < n_embd; ++i) w[e * n_embd + i] = row_scale[e] * rng.normal();
   });
+  // Small against the logits' spread (≥ 1), so the Zipf popularity still decides.
+  if (with_bias) weight(blk(il, "ffn_gate_inp.bias"), GgmlType::F32, {s.n_expert}, 0.1);
+}
 
+void ModelBuilder::selection_bias(int il) { constant(blk(il, "exp_probs_b.bias"), {spec_.n_expert}, 0.0f); }
+
+void ModelBuilder::experts(int il, bool with_biases) {
+  const GenSpec& s = spec_;
   if (s.legacy_experts) {
     for (int e = 0; e < s.n_expert; ++e) {
       const std::string E = "." + std::to_string(e) + ".weight";
@@ -230,9 +305,21 @@ void ModelBuilder::moe(int il) {
     }
     return;
   }
-  weight(blk(il, "ffn_gate_exps.weight"), s.type_experts, {s.n_embd, s.n_ff_exp, s.n_expert});
-  weight(blk(il, "ffn_up_exps.weight"), s.type_experts, {s.n_embd, s.n_ff_exp, s.n_expert});
-  weight(blk(il, "ffn_down_exps.weight"), s.type_experts, {s.n_ff_exp, s.n_embd, s.n_expert});
+  weight(blk(il, "ffn_gate_exps.weight"), fit_type(s.type_experts, s.n_embd), {s.n_embd, s.n_ff_exp, s.n_expert});
+  weight(blk(il, "ffn_up_exps.weight"), fit_type(s.type_experts, s.n_embd), {s.n_embd, s.n_ff_exp, s.n_expert});
+  weight(blk(il, "ffn_down_exps.weight"), fit_type(s.type_experts, s.n_ff_exp), {s.n_ff_exp, s.n_embd, s.n_expert});
+  if (!with_biases) return;
+  weight(blk(il, "ffn_gate_exps.bias"), GgmlType::F32, {s.n_ff_exp, s.n_expert}, 0.1);
+  weight(blk(il, "ffn_up_exps.bias"), GgmlType::F32, {s.n_ff_exp, s.n_expert}, 0.1);
+  weight(blk(il, "ffn_down_exps.bias"), GgmlType::F32, {s.n_embd, s.n_expert}, 0.1);
+}
+
+void ModelBuilder::shared_expert(int il) {
+  const GenSpec& s = spec_;
+  const int64_t n_ff = int64_t{s.n_ff_exp} * s.n_expert_shared;
+  weight(blk(il, "ffn_gate_shexp.weight"), fit_type(s.type_dense, s.n_embd), {s.n_embd, n_ff});
+  weight(blk(il, "ffn_up_shexp.weight"), fit_type(s.type_dense, s.n_embd), {s.n_embd, n_ff});
+  weight(blk(il, "ffn_down_shexp.weight"), fit_type(s.type_dense, n_ff), {n_ff, s.n_embd});
 }
 
 void ModelBuilder::add(const std::string& name, GgmlType type, std::vector<int64_t> ne, gguf::Writer::Fill fill) {

@@ -36,9 +36,138 @@ GenSpec qwen3_moe(std::string preset, std::string name, int n_layer, int n_embd,
   return s;
 }
 
+// DeepSeek V3 and Kimi K2 (configs: 61 layers, d 7168, MLA q_lora 1536 / kv_lora 512, qk_nope
+// 128 + qk_rope 64, v_head 128, dense ff 18432, experts of 2048 with one shared, top-8, sigmoid
+// scores with a correction bias, normalised top-k, YaRN from a 4096 context with mscale_all_dim
+// 1). Routed experts Q2_K as in the ~2.5-bit releases that make these models fit a workstation.
+GenSpec deepseek_v3_like(std::string preset, std::string name, int n_head, int n_expert) {
+  GenSpec s;
+  s.preset = std::move(preset);
+  s.arch = "deepseek2";
+  s.name = std::move(name);
+  s.n_layer = 61;
+  s.n_embd = 7168;
+  s.n_head = n_head;
+  s.n_head_kv = 1;  // the converter stores MLA as one shared latent
+  s.head_dim = 128;
+  s.rope_dim = 64;
+  s.q_lora_rank = 1536;
+  s.kv_lora_rank = 512;
+  s.n_ff = 18432;
+  s.n_ff_exp = 2048;
+  s.n_expert = n_expert;
+  s.n_expert_used = 8;
+  s.n_expert_shared = 1;
+  s.sigmoid_gating = true;
+  s.expert_weights_norm = true;
+  s.rms_eps = 1e-6f;
+  s.yarn_orig_ctx = 4096;
+  s.yarn_log_mul = 0.1f;  // 0.1 · mscale_all_dim (1.0), as llama.cpp's converter writes it
+  s.type_experts = GgmlType::Q2_K;
+  return s;
+}
+
+// gpt-oss (configs: d 2880, 64 heads x 64, 8 KV heads, experts of 2880 top-4, sliding window
+// 128 on alternating layers, rope theta 150000 with YaRN x32 over 4096, vocab 201088). Experts
+// MXFP4 as released; the rest Q8_0 (rows of 2880 are no multiple of the K-quants' 256).
+GenSpec gpt_oss(std::string preset, std::string name, int n_layer, int n_expert) {
+  GenSpec s;
+  s.preset = std::move(preset);
+  s.arch = "gpt-oss";
+  s.name = std::move(name);
+  s.n_layer = n_layer;
+  s.n_embd = 2880;
+  s.n_head = 64;
+  s.n_head_kv = 8;
+  s.head_dim = 64;
+  s.n_ff = s.n_ff_exp = 2880;
+  s.n_expert = n_expert;
+  s.n_expert_used = 4;
+  s.n_vocab = 201088;
+  s.n_ctx = 131072;
+  s.rope_base = 150000.0f;
+  s.rms_eps = 1e-5f;
+  s.sliding_window = 128;
+  s.yarn_factor = 32.0f;
+  s.yarn_orig_ctx = 4096;
+  s.type_experts = GgmlType::MXFP4;
+  s.type_attn = s.type_attn_v = s.type_embd = s.type_output = s.type_dense = GgmlType::Q8_0;
+  return s;
+}
+
+// GLM-4.5-Air and GLM-4.6 (configs: 96 heads x 128, 8 KV heads, partial_rotary_factor 0.5,
+// q/k/v biases, one shared expert, top-8 sigmoid with a correction bias, normalised, n_group 1,
+// one nextn layer, vocab 151552, rope theta 1e6).
+GenSpec glm(std::string preset, std::string name, int n_layer, int n_embd, int n_ff, int n_ff_exp, int n_expert,
+            int n_dense) {
+  GenSpec s;
+  s.preset = std::move(preset);
+  s.arch = "glm4moe";
+  s.name = std::move(name);
+  s.n_layer = n_layer;
+  s.n_embd = n_embd;
+  s.n_head = 96;
+  s.n_head_kv = 8;
+  s.head_dim = 128;
+  s.n_ff = n_ff;
+  s.n_ff_exp = n_ff_exp;
+  s.n_expert = n_expert;
+  s.n_expert_used = 8;
+  s.n_expert_shared = 1;
+  s.n_leading_dense = n_dense;
+  s.sigmoid_gating = true;
+  s.n_expert_groups = s.n_group_used = 1;
+  s.expert_weights_norm = true;
+  s.n_nextn = 1;
+  s.n_vocab = 151552;
+  s.rope_base = 1e6f;
+  s.rms_eps = 1e-5f;
+  return s;
+}
+
 GenSpec make_preset(const std::string& name) {
   if (name == "qwen3-30b-a3b") return qwen3_moe(name, "Qwen3-30B-A3B (random weights)", 48, 2048, 32, 6144, 768);
   if (name == "qwen3-235b-a22b") return qwen3_moe(name, "Qwen3-235B-A22B (random weights)", 94, 4096, 64, 12288, 1536);
+  if (name == "deepseek-v3") {
+    GenSpec s = deepseek_v3_like(name, "DeepSeek-V3 (random weights)", 128, 256);
+    s.n_leading_dense = 3;
+    s.n_expert_groups = 8;
+    s.n_group_used = 4;
+    s.expert_weights_scale = 2.5f;
+    s.n_vocab = 129280;
+    s.n_ctx = 163840;
+    s.rope_base = 10000.0f;
+    s.yarn_factor = 40.0f;
+    return s;
+  }
+  if (name == "kimi-k2") {  // Kimi-K2-Instruct (the first release; 0905 doubles the YaRN factor)
+    GenSpec s = deepseek_v3_like(name, "Kimi-K2 (random weights)", 64, 384);
+    s.n_leading_dense = 1;
+    s.n_expert_groups = s.n_group_used = 1;
+    s.expert_weights_scale = 2.827f;
+    s.n_vocab = 163840;
+    s.n_ctx = 131072;
+    s.rope_base = 50000.0f;
+    s.yarn_factor = 32.0f;
+    s.yarn_beta_fast = s.yarn_beta_slow = 1.0f;
+    return s;
+  }
+  if (name == "gpt-oss-20b") return gpt_oss(name, "gpt-oss-20b (random weights)", 24, 32);
+  if (name == "gpt-oss-120b") return gpt_oss(name, "gpt-oss-120b (random weights)", 36, 128);
+  if (name == "glm-4.5-air") {
+    GenSpec s = glm(name, "GLM-4.5-Air (random weights)", 46, 4096, 10944, 1408, 128, 1);
+    s.expert_weights_scale = 1.0f;
+    s.n_ctx = 131072;
+    return s;
+  }
+  if (name == "glm-4.6") {
+    GenSpec s = glm(name, "GLM-4.6 (random weights)", 92, 5120, 12288, 1536, 160, 3);
+    s.expert_weights_scale = 2.5f;
+    s.qk_norm = true;
+    s.n_ctx = 202752;
+    s.type_experts = GgmlType::Q2_K;
+    return s;
+  }
   GenSpec s;
   s.preset = name;
   if (name == "tiny") {
@@ -114,6 +243,9 @@ const std::vector<GenArch>& gen_arch_registry() {
       {"qwen3moe", gen_qwen3},
       {"qwen3", gen_qwen3},
       {"llama", gen_llama},
+      {"deepseek2", gen_deepseek2},
+      {"gpt-oss", gen_gptoss},
+      {"glm4moe", gen_glm4moe},
   };
   return table;
 }
@@ -128,6 +260,12 @@ const std::vector<GenPreset>& gen_presets() {
       {"mixtral-8x7b", "llama, 32 layers, d 4096, 32 heads, 8 KV, 8 experts top-2 (ff 14336)"},
       {"qwen3-dense", "qwen3 (Qwen3-0.6B), 28 layers, d 1024, 16 heads x 128, ff 3072"},
       {"llama-dense", "llama (TinyLlama-1.1B), 22 layers, d 2048, 32 heads x 64, ff 5632"},
+      {"deepseek-v3", "deepseek2 MLA, 61 layers (3 dense), d 7168, 128 heads, 256 experts top-8 (ff 2048) + 1 shared, Q2_K"},
+      {"kimi-k2", "deepseek2 MLA, 61 layers (1 dense), d 7168, 64 heads, 384 experts top-8 (ff 2048) + 1 shared, Q2_K"},
+      {"gpt-oss-20b", "gpt-oss, 24 layers, d 2880, 64 heads x 64, 8 KV, 32 experts top-4 (ff 2880), MXFP4"},
+      {"gpt-oss-120b", "gpt-oss, 36 layers, d 2880, 64 heads x 64, 8 KV, 128 experts top-4 (ff 2880), MXFP4"},
+      {"glm-4.5-air", "glm4moe, 46 layers (1 dense) + 1 nextn, d 4096, 96 heads x 128, 128 experts top-8 (ff 1408) + 1 shared"},
+      {"glm-4.6", "glm4moe, 92 layers (3 dense) + 1 nextn, d 5120, 96 heads x 128, QK-norm, 160 experts top-8 (ff 1536) + 1 shared, Q2_K"},
   };
   return presets;
 }
@@ -147,9 +285,20 @@ void validate(const GenSpec& s) {
   if (s.n_head % s.n_head_kv) fail("{} query heads cannot be grouped over {} KV heads", s.n_head, s.n_head_kv);
   if (s.head_dim % 2) fail("--head-dim {} must be even for RoPE", s.head_dim);
   if (s.n_vocab < 0) fail("--vocab {} is negative", s.n_vocab);
+  if (s.n_expert_shared < 0) fail("--shared-experts {} is negative", s.n_expert_shared);
+  if (s.n_leading_dense < 0) fail("--leading-dense {} is negative", s.n_leading_dense);
   if (s.n_expert < 0) fail("--experts {} is negative", s.n_expert);
   if (s.n_expert > 0) {
     require_positive(s.n_ff_exp, "--ff-exp");
+    if (s.n_leading_dense > 0) require_positive(s.n_ff, "--ff");
+    if (s.n_expert_groups > 0) {
+      if (s.n_expert % s.n_expert_groups)
+        fail("--experts {} cannot be split into the preset's {} expert groups", s.n_expert, s.n_expert_groups);
+      if (s.n_group_used < 1 || s.n_group_used > s.n_expert_groups ||
+          s.n_group_used * (s.n_expert / s.n_expert_groups) < s.n_expert_used)
+        fail("{} of {} expert groups of {} experts cannot supply --experts-used {}", s.n_group_used, s.n_expert_groups,
+             s.n_expert / s.n_expert_groups, s.n_expert_used);
+    }
     if (s.n_expert_used < 1 || s.n_expert_used > s.n_expert)
       fail("--experts-used {} must be between 1 and the {} experts", s.n_expert_used, s.n_expert);
   } else {

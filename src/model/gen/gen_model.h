@@ -20,21 +20,46 @@ namespace sluice {
 
 struct GenSpec {
   std::string preset;       // the preset it started from
-  std::string arch;         // general.architecture: qwen3moe, qwen3, llama
+  std::string arch;         // general.architecture: qwen3moe, qwen3, llama, deepseek2, gpt-oss, glm4moe
   std::string name;         // general.name
   int n_layer = 0;
   int n_embd = 0;
   int n_head = 0;
   int n_head_kv = 0;
-  int head_dim = 0;         // q/k/v head size; n_head·head_dim may differ from n_embd
+  int head_dim = 0;         // q/k/v head size; n_head·head_dim may differ from n_embd. MLA: the
+                            // no-rope part of a key (qk_nope) and the value head (v_head_dim)
   int n_ff = 0;             // dense feed-forward size (MoE files still carry it as a key)
   int n_ff_exp = 0;         // routed expert feed-forward size
   int n_expert = 0;         // 0: dense
   int n_expert_used = 0;
+  int n_expert_shared = 0;  // always-on shared experts, each of n_ff_exp (resident weights)
+  int n_leading_dense = 0;  // first layers with a dense FFN; at most n_layer - 1 are (see builder.h)
   int n_vocab = 0;          // 0: the embedded tokenizer's size; larger pads it with unused tokens
   int n_ctx = 4096;         // context_length
   float rope_base = 10000.0f;
   float rms_eps = 1e-5f;
+  // MLA (deepseek2): low-rank query (0: plain attn_q) and KV latent; rope_dim rotated dims per
+  // head on top of head_dim, shared by all heads on the key side.
+  int q_lora_rank = 0;
+  int kv_lora_rank = 0;
+  int rope_dim = 0;
+  // Routing (deepseek2, glm4moe): sigmoid scores with an exp_probs_b selection bias, optional
+  // group-limited top-k, selected weights renormalised and scaled.
+  bool sigmoid_gating = false;
+  int n_expert_groups = 0;  // 0: no group limit
+  int n_group_used = 0;
+  bool expert_weights_norm = false;
+  float expert_weights_scale = 0.0f;  // 0: key not written
+  bool qk_norm = false;     // glm4moe: per-head QK RMSNorm (GLM-4.5/4.6 355B, not Air)
+  int n_nextn = 0;          // glm4moe: multi-token-prediction layers appended after n_layer
+  int sliding_window = 0;   // gpt-oss: window of the even layers
+  // YaRN context extension as the HF config sets it (factor 0: none). yarn_log_mul is the value
+  // llama.cpp's deepseek2 converter writes: 0.1 · mscale_all_dim.
+  float yarn_factor = 0.0f;
+  int yarn_orig_ctx = 0;
+  float yarn_beta_fast = 32.0f;
+  float yarn_beta_slow = 1.0f;
+  float yarn_log_mul = 0.0f;
   bool tied_output = false;     // no output.weight: the head reuses token_embd
   bool legacy_experts = false;  // Mixtral's old blk.N.ffn_{gate,up,down}.E.weight layout
   GgmlType type_experts = GgmlType::Q4_K;
@@ -42,7 +67,7 @@ struct GenSpec {
   GgmlType type_attn_v = GgmlType::Q6_K;  // attn_v, one step up as in Q4_K_M files
   GgmlType type_embd = GgmlType::Q4_K;
   GgmlType type_output = GgmlType::Q6_K;
-  GgmlType type_dense = GgmlType::Q4_K;   // dense FFN layers
+  GgmlType type_dense = GgmlType::Q4_K;   // dense FFN layers and shared experts
   double zipf = 0.0;        // > 0: expert popularity ∝ rank^-zipf (see zipf.h)
   uint64_t seed = 1;
   std::string vocab_from;   // GGUF whose tokenizer.* keys are copied

@@ -1,0 +1,306 @@
+// gen-model presets of the large MoE families (deepseek2: deepseek-v3, kimi-k2; gpt-oss:
+// gpt-oss-20b/120b; glm4moe: glm-4.5-air, glm-4.6): the full-size presets carry the real
+// hyperparameters; cut down to three layers of small dims each writes its family's keys and
+// tensors (checked here name by name against the layout, independently of the writer), loads
+// through the architecture's loader and runs with finite logits of sane size; `inspect` sorts the
+// tensors into the classes the engine treats them by (shared experts and MLA weights resident,
+// nextn layers unused), and its routed expert weights are what the engine streams.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "gguf/gguf.h"
+#include "model/gen/gen_model.h"
+#include "model/model.h"
+#include "model/sizing.h"
+#include "model/tensor_class.h"
+#include "quant/dequant.h"
+#include "sluice/sluice.h"
+#include "test_util.h"
+
+using namespace sluice;
+
+namespace {
+
+const std::string kVocab = std::string(SLUICE_SOURCE_DIR) + "/tests/data/vocab/tiny-bpe.gguf";
+const char* const kPresets[] = {"deepseek-v3", "kimi-k2", "gpt-oss-20b", "gpt-oss-120b", "glm-4.5-air", "glm-4.6"};
+
+// Three main layers of small dims: rows of 256 for the K-quants, 4 heads of 64, 16 experts.
+GenSpec cut(const std::string& preset) {
+  GenSpec s = gen_preset(preset);
+  s.n_layer = 3;
+  s.n_embd = 256;
+  s.n_head = 4;
+  s.n_head_kv = s.arch == "deepseek2" ? 1 : 2;
+  s.head_dim = 64;
+  s.n_ff = 512;
+  s.n_ff_exp = 256;
+  s.n_expert = 16;
+  s.n_expert_used = 4;
+  s.n_vocab = 2048;
+  s.vocab_from = kVocab;
+  if (s.arch == "deepseek2") {
+    s.q_lora_rank = s.kv_lora_rank = 256;
+    s.rope_dim = 32;
+  }
+  return s;
+}
+
+std::string write(const GenSpec& s) {
+  const std::string path = (test::scratch_dir() / ("moe-" + s.preset + ".gguf")).string();
+  write_random_model(s, path);
+  return path;
+}
+
+struct Want {
+  std::vector<int64_t> ne;
+  TensorClass cls;
+};
+
+// The tensors of a cut-down file, from the architecture's GGUF layout (llama.cpp's converters).
+std::map<std::string, Want> layout(const GenSpec& s, int n_dense) {
+  using C = TensorClass;
+  std::map<std::string, Want> t;
+  const int64_t d = s.n_embd, H = s.n_head, hd = s.head_dim, E = s.n_expert, ff = s.n_ff_exp, v = s.n_vocab;
+  t["token_embd.weight"] = {{d, v}, C::Embedding};
+  t["output_norm.weight"] = {{d}, C::Norm};
+  t["output.weight"] = {{d, v}, C::Output};
+  for (int il = 0; il < s.n_layer + s.n_nextn; ++il) {
+    const std::string p = "blk." + std::to_string(il) + ".";
+    const bool mtp = il >= s.n_layer;
+    auto add = [&](const std::string& name, std::vector<int64_t> ne, C c) { t[p + name] = {std::move(ne), mtp ? C::Other : c}; };
+    add("attn_norm.weight", {d}, C::Norm);
+    if (s.arch == "deepseek2") {
+      const int64_t r = s.kv_lora_rank, rope = s.rope_dim;
+      add("attn_q_a.weight", {d, s.q_lora_rank}, C::Attention);
+      add("attn_q_a_norm.weight", {s.q_lora_rank}, C::Norm);
+      add("attn_q_b.weight", {s.q_lora_rank, H * (hd + rope)}, C::Attention);
+      add("attn_kv_a_mqa.weight", {d, r + rope}, C::Attention);
+      add("attn_kv_a_norm.weight", {r}, C::Norm);
+      add("attn_k_b.weight", {hd, r, H}, C::Attention);
+      add("attn_v_b.weight", {r, hd, H}, C::Attention);
+      add("attn_output.weight", {H * hd, d}, C::Attention);
+      add("ffn_norm.weight", {d}, C::Norm);
+    } else {
+      const int64_t kv = int64_t{s.n_head_kv} * hd;
+      add("attn_q.weight", {d, H * hd}, C::Attention);
+      add("attn_k.weight", {d, kv}, C::Attention);
+      add("attn_v.weight", {d, kv}, C::Attention);
+      add("attn_output.weight", {H * hd, d}, C::Attention);
+      add("attn_q.bias", {H * hd}, C::Attention);
+      add("attn_k.bias", {kv}, C::Attention);
+      add("attn_v.bias", {kv}, C::Attention);
+      add("post_attention_norm.weight", {d}, C::Norm);
+      if (s.qk_norm) {
+        add("attn_q_norm.weight", {hd}, C::Norm);
+        add("attn_k_norm.weight", {hd}, C::Norm);
+      }
+    }
+    if (s.arch == "gpt-oss") {
+      add("attn_output.bias", {d}, C::Attention);
+      add("attn_sinks.weight", {H}, C::Attention);
+      add("ffn_gate_inp.bias", {E}, C::Router);
+      add("ffn_gate_exps.bias", {ff, E}, C::RoutedExpert);
+      add("ffn_up_exps.bias", {ff, E}, C::RoutedExpert);
+      add("ffn_down_exps.bias", {d, E}, C::RoutedExpert);
+    }
+    if (il < n_dense) {
+      add("ffn_gate.weight", {d, s.n_ff}, C::DenseFfn);
+      add("ffn_up.weight", {d, s.n_ff}, C::DenseFfn);
+      add("ffn_down.weight", {s.n_ff, d}, C::DenseFfn);
+      continue;
+    }
+    add("ffn_gate_inp.weight", {d, E}, C::Router);
+    add("ffn_gate_exps.weight", {d, ff, E}, C::RoutedExpert);
+    add("ffn_up_exps.weight", {d, ff, E}, C::RoutedExpert);
+    add("ffn_down_exps.weight", {ff, d, E}, C::RoutedExpert);
+    if (s.arch == "gpt-oss") continue;
+    add("exp_probs_b.bias", {E}, C::Router);
+    add("ffn_gate_shexp.weight", {d, ff}, C::SharedExpert);
+    add("ffn_up_shexp.weight", {d, ff}, C::SharedExpert);
+    add("ffn_down_shexp.weight", {ff, d}, C::SharedExpert);
+    if (!mtp) continue;
+    add("nextn.eh_proj.weight", {2 * d, d}, C::Other);
+    add("nextn.enorm.weight", {d}, C::Other);
+    add("nextn.hnorm.weight", {d}, C::Other);
+    add("nextn.shared_head_norm.weight", {d}, C::Other);
+  }
+  return t;
+}
+
+}  // namespace
+
+TEST(GenMoePresets, FullSizePresetsCarryTheRealHyperparameters) {
+  const GenSpec v3 = gen_preset("deepseek-v3");
+  EXPECT_EQ(v3.arch, "deepseek2");
+  EXPECT_EQ(v3.n_layer, 61);
+  EXPECT_EQ(v3.n_embd, 7168);
+  EXPECT_EQ(v3.n_head, 128);
+  EXPECT_EQ(v3.q_lora_rank, 1536);
+  EXPECT_EQ(v3.kv_lora_rank, 512);
+  EXPECT_EQ(v3.head_dim, 128);
+  EXPECT_EQ(v3.rope_dim, 64);
+  EXPECT_EQ(v3.n_ff, 18432);
+  EXPECT_EQ(v3.n_ff_exp, 2048);
+  EXPECT_EQ(v3.n_expert, 256);
+  EXPECT_EQ(v3.n_expert_used, 8);
+  EXPECT_EQ(v3.n_expert_shared, 1);
+  EXPECT_EQ(v3.n_leading_dense, 3);
+  EXPECT_EQ(v3.n_expert_groups, 8);
+  EXPECT_EQ(v3.n_group_used, 4);
+  EXPECT_FLOAT_EQ(v3.expert_weights_scale, 2.5f);
+  EXPECT_EQ(v3.n_vocab, 129280);
+  EXPECT_FLOAT_EQ(v3.yarn_factor, 40.0f);
+  EXPECT_EQ(v3.type_experts, GgmlType::Q2_K);
+  const GenSpec k2 = gen_preset("kimi-k2");
+  EXPECT_EQ(k2.n_head, 64);
+  EXPECT_EQ(k2.n_expert, 384);
+  EXPECT_EQ(k2.n_leading_dense, 1);
+  EXPECT_EQ(k2.n_vocab, 163840);
+  EXPECT_FLOAT_EQ(k2.rope_base, 50000.0f);
+  const GenSpec g120 = gen_preset("gpt-oss-120b"), g20 = gen_preset("gpt-oss-20b");
+  EXPECT_EQ(g120.n_layer, 36);
+  EXPECT_EQ(g20.n_layer, 24);
+  EXPECT_EQ(g120.n_expert, 128);
+  EXPECT_EQ(g20.n_expert, 32);
+  EXPECT_EQ(g120.n_expert_used, 4);
+  EXPECT_EQ(g120.n_embd, 2880);
+  EXPECT_EQ(g120.n_head * g120.head_dim, 4096);
+  EXPECT_EQ(g120.n_head_kv, 8);
+  EXPECT_EQ(g120.sliding_window, 128);
+  EXPECT_FLOAT_EQ(g120.yarn_factor, 32.0f);
+  EXPECT_EQ(g120.yarn_orig_ctx, 4096);
+  EXPECT_EQ(g120.type_experts, GgmlType::MXFP4);
+  const GenSpec air = gen_preset("glm-4.5-air"), g46 = gen_preset("glm-4.6");
+  EXPECT_EQ(air.n_layer, 46);
+  EXPECT_EQ(air.n_embd, 4096);
+  EXPECT_EQ(air.n_expert, 128);
+  EXPECT_EQ(air.n_ff_exp, 1408);
+  EXPECT_EQ(air.n_leading_dense, 1);
+  EXPECT_EQ(air.n_nextn, 1);
+  EXPECT_FALSE(air.qk_norm);
+  EXPECT_EQ(g46.n_layer, 92);
+  EXPECT_EQ(g46.n_embd, 5120);
+  EXPECT_EQ(g46.n_expert, 160);
+  EXPECT_EQ(g46.n_leading_dense, 3);
+  EXPECT_TRUE(g46.qk_norm);
+}
+
+TEST(GenMoePresets, CutDownFilesHaveTheLayoutKeysAndClasses) {
+  for (const char* preset : kPresets) {
+    SCOPED_TRACE(preset);
+    const GenSpec s = cut(preset);
+    const std::string path = write(s);
+    auto f = gguf::File::open(path);
+    const std::string a = s.arch + ".";
+    // --layers 3 keeps the real leading dense layers but never all of them: V3's 3 become 2.
+    const int n_dense = std::min(s.n_leading_dense, s.n_layer - 1);
+    EXPECT_EQ(f->get_int(a + "block_count"), s.n_layer + s.n_nextn);
+    const auto want = layout(s, n_dense);
+    EXPECT_EQ(f->tensors().size(), want.size());
+    ModelReport report = analyze_model(*f, SizingOptions{std::nullopt, uint64_t{1} << 30});
+    uint64_t routed = 0, routed_weights = 0, other = 0;
+    for (const auto& t : f->tensors()) {
+      SCOPED_TRACE(t.name);
+      auto it = want.find(t.name);
+      ASSERT_NE(it, want.end());
+      ASSERT_EQ(t.n_dims, static_cast<int>(it->second.ne.size()));
+      for (int i = 0; i < t.n_dims; ++i) EXPECT_EQ(t.ne[i], it->second.ne[i]);
+      EXPECT_EQ(classify_tensor(t.name, report.first_mtp_layer), it->second.cls);
+      if (it->second.cls == TensorClass::RoutedExpert) routed += t.nbytes;
+      if (it->second.cls == TensorClass::RoutedExpert && t.name.ends_with(".weight")) routed_weights += t.nbytes;
+      if (it->second.cls == TensorClass::Other) other += t.nbytes;
+      std::vector<float> y(static_cast<size_t>(t.n_elements()));
+      dequantize_row(t.type, t.data, y.data(), t.n_elements());
+      EXPECT_TRUE(std::all_of(y.begin(), y.end(), [](float x) { return std::isfinite(x); }));
+    }
+    EXPECT_EQ(report.class_totals[static_cast<size_t>(TensorClass::RoutedExpert)], routed);
+    EXPECT_EQ(report.class_totals[static_cast<size_t>(TensorClass::Other)], other);
+    EXPECT_EQ(f->get_int(a + "expert_count"), s.n_expert);
+    if (s.arch == "deepseek2") {
+      EXPECT_EQ(f->get_int(a + "leading_dense_block_count"), n_dense);
+      EXPECT_EQ(f->get_int(a + "attention.head_count_kv"), 1);
+      EXPECT_EQ(f->get_int(a + "attention.kv_lora_rank"), 256);
+      EXPECT_EQ(f->get_int(a + "attention.key_length"), 256 + 32);
+      EXPECT_EQ(f->get_int(a + "attention.value_length"), 256);
+      EXPECT_EQ(f->get_int(a + "attention.key_length_mla"), 64 + 32);
+      EXPECT_EQ(f->get_int(a + "attention.value_length_mla"), 64);
+      EXPECT_EQ(f->get_int(a + "rope.dimension_count"), 32);
+      EXPECT_EQ(f->get_int(a + "expert_gating_func"), 2);
+      EXPECT_EQ(f->get_int(a + "expert_group_count"), s.n_expert_groups);
+      EXPECT_TRUE(f->get_bool_or(a + "expert_weights_norm", false));
+      EXPECT_EQ(f->get_string(a + "rope.scaling.type"), "yarn");
+      EXPECT_FLOAT_EQ(static_cast<float>(f->get_float(a + "rope.scaling.yarn_log_multiplier")), 0.1f);
+      EXPECT_EQ(f->tensor("blk.0.attn_k_b.weight").type, GgmlType::Q8_0);  // rows of 64: no K-quant
+      EXPECT_EQ(f->tensor("blk.2.ffn_up_exps.weight").type, GgmlType::Q2_K);
+      EXPECT_TRUE(report.model.is_mla);
+      EXPECT_EQ(report.kv.bytes_per_token, uint64_t{3} * (256 + 32) * 4);
+    } else if (s.arch == "gpt-oss") {
+      EXPECT_EQ(f->get_int(a + "attention.sliding_window"), 128);
+      EXPECT_EQ(f->get_int(a + "attention.key_length"), 64);
+      EXPECT_EQ(f->get_string(a + "rope.scaling.type"), "yarn");
+      EXPECT_EQ(f->get_int(a + "rope.scaling.original_context_length"), 4096);
+      EXPECT_EQ(f->tensor("blk.1.ffn_down_exps.weight").type, GgmlType::MXFP4);
+      EXPECT_EQ(f->tensor("blk.1.attn_q.weight").type, GgmlType::Q8_0);
+    } else {
+      EXPECT_EQ(f->get_int(a + "nextn_predict_layers"), 1);
+      EXPECT_EQ(f->get_int(a + "leading_dense_block_count"), n_dense);
+      EXPECT_EQ(f->get_int(a + "rope.dimension_count"), 32);  // half of each 64-value head
+      EXPECT_EQ(f->get_int(a + "expert_shared_count"), 1);
+      EXPECT_EQ(report.first_mtp_layer, 3);
+      EXPECT_GT(other, 0u);
+      EXPECT_EQ(report.kv.n_layer, 3);
+    }
+
+    // The engine streams the routed expert weights inspect counts (none of the nextn layer's);
+    // gpt-oss's per-expert biases, which inspect also counts as routed, it reads in place.
+    auto engine = Engine::load({.model_path = path, .n_threads = 1, .n_ctx = 128});
+    EXPECT_EQ(engine->info().routed_bytes, routed_weights);
+    EXPECT_EQ(engine->info().n_layer, s.n_layer);
+    auto session = engine->new_session();
+    const auto logits = session->evaluate(engine->tokenize("The quick brown fox jumps over the lazy dog.", true));
+    ASSERT_EQ(logits.size(), 2048u);
+    double ss = 0;
+    for (float x : logits) {
+      ASSERT_TRUE(std::isfinite(x));
+      ss += double(x) * x;
+    }
+    const double rms = std::sqrt(ss / logits.size());
+    EXPECT_GT(rms, 0.1);
+    EXPECT_LT(rms, 10.0);
+  }
+}
+
+TEST(GenMoePresets, CutsKeepOneMoeLayerAndRejectBadGroups) {
+  GenSpec s = cut("deepseek-v3");
+  s.n_layer = 1;
+  auto f = gguf::File::open(write(s));
+  EXPECT_EQ(f->get_int("deepseek2.leading_dense_block_count"), 0);
+  EXPECT_NE(f->find_tensor("blk.0.ffn_gate_exps.weight"), nullptr);
+
+  auto message = [](GenSpec bad) {
+    try {
+      write(bad);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  s = cut("deepseek-v3");
+  s.n_expert = 12;  // 8 groups
+  EXPECT_NE(message(s).find("cannot be split into the preset's 8 expert groups"), std::string::npos);
+  s = cut("deepseek-v3");
+  s.n_expert_used = 12;  // 4 groups of 2 hold only 8
+  EXPECT_NE(message(s).find("cannot supply --experts-used 12"), std::string::npos);
+  s = cut("deepseek-v3");
+  s.n_head_kv = 2;
+  EXPECT_NE(message(s).find("head_count_kv 1"), std::string::npos);
+  s = cut("glm-4.5-air");
+  s.n_expert_shared = 0;
+  EXPECT_NE(message(s).find("needs a shared expert"), std::string::npos);
+}
