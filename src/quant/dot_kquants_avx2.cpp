@@ -52,7 +52,7 @@ struct ScaleMin {
   __m256i scales;
   __m256i mins;
 };
-ScaleMin unpack_scale_min(const uint8_t* packed) {
+inline __attribute__((always_inline)) ScaleMin unpack_scale_min(const uint8_t* packed) {
   uint32_t u[3];
   std::memcpy(u, packed, sizeof u);
   const uint32_t s_lo = u[0] & 0x3f3f3f3f;
@@ -66,7 +66,7 @@ ScaleMin unpack_scale_min(const uint8_t* packed) {
 }
 
 // 16-bit element j (0..7) of each 128-bit half, broadcast across that half.
-__m256i broadcast16(__m256i v, int j) {
+inline __attribute__((always_inline)) __m256i broadcast16(__m256i v, int j) {
   return _mm256_shuffle_epi8(v,
                              _mm256_set1_epi16(static_cast<int16_t>(((2 * j + 1) << 8) | (2 * j))));
 }

@@ -18,12 +18,26 @@
 #include "experts/stream_store.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
+#include "model/tensor_class.h"
 
 namespace sluice {
 
 namespace {
 
 constexpr uint64_t kMargin = 256ull << 20;
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22  // Linux 5.14
+#endif
+
+// Maps the pages of [data, data + n) of the model's mmap now, synchronously. Kernels without
+// MADV_POPULATE_READ get an asynchronous read-ahead hint instead.
+void populate(const void* data, uint64_t n) {
+  const uintptr_t start = reinterpret_cast<uintptr_t>(data) & ~uintptr_t{4095};
+  const size_t len = n + (reinterpret_cast<uintptr_t>(data) - start);
+  if (madvise(reinterpret_cast<void*>(start), len, MADV_POPULATE_READ) != 0)
+    madvise(reinterpret_cast<void*>(start), len, MADV_WILLNEED);
+}
 
 const gguf::TensorInfo& info_of(const gguf::File& f, const Tensor& t) {
   for (const auto& ti : f.tensors())
@@ -131,16 +145,11 @@ ExpertPlan plan_experts(const gguf::File& file, const Model& model, const Engine
 
 std::unique_ptr<ExpertStore> make_expert_store(const gguf::File& file, const Model& model, const EngineOptions& o,
                                                const ExpertPlan& plan) {
-  if (plan.mode == "ram" || plan.mode == "mmap") {
-    if (plan.mode == "ram") {
-      // Start reading everything now so the first tokens do not pay for page faults.
-      for (const auto& t : file.tensors()) {
-        const uintptr_t start = reinterpret_cast<uintptr_t>(t.data) & ~uintptr_t{4095};
-        madvise(reinterpret_cast<void*>(start), t.nbytes + (reinterpret_cast<uintptr_t>(t.data) - start), MADV_WILLNEED);
-      }
-    }
-    return make_in_place_store(model.expert_layout(), plan.mode);
-  }
+  // Resident weights are read on every token: fault them in now rather than during the first
+  // tokens (and, in ram mode, the routed experts too — that is what ram means).
+  for (const auto& t : file.tensors())
+    if (plan.mode == "ram" || classify_tensor(t.name) != TensorClass::RoutedExpert) populate(t.data, t.nbytes);
+  if (plan.mode == "ram" || plan.mode == "mmap") return make_in_place_store(model.expert_layout(), plan.mode);
   StreamOptions so;
   so.cache_bytes = plan.cache_bytes;
   so.policy = o.cache_policy == "lru" ? EvictionPolicy::kLru : EvictionPolicy::kLfu;
