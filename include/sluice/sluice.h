@@ -76,6 +76,7 @@ struct ModelInfo {
   int n_expert = 0, n_expert_used = 0;
   uint64_t file_bytes = 0;
   std::string chat_template;
+  std::string bos_token, eos_token;  // their text (chat templates use them); empty when absent
   std::string experts_mode;  // what the store does: "ram", "mmap", "stream"
   std::string experts_detail;  // one line: reader, cache slots and size
   uint64_t resident_bytes = 0;  // non-routed weights
@@ -99,7 +100,10 @@ class Engine {
   std::vector<int32_t> tokenize(std::string_view text, bool add_special, bool parse_special = false) const;
   std::string detokenize(std::span<const int32_t> tokens) const;
   bool is_eog(int32_t token) const;
-  std::unique_ptr<Session> new_session();
+  // A session with its own KV cache of n_ctx tokens (0: EngineOptions::n_ctx; capped at the
+  // training context). The expert-cache budget was planned for EngineOptions::n_ctx, so a much
+  // larger n_ctx takes memory the plan did not count.
+  std::unique_ptr<Session> new_session(int n_ctx = 0);
   ExpertStats expert_stats() const;
   double load_seconds() const;
 

@@ -21,6 +21,7 @@ int cmd_gen_model(int argc, char** argv);
 int cmd_tokenize(int argc, char** argv);
 int cmd_convert_tokenizer(int argc, char** argv);
 int cmd_run(int argc, char** argv);
+int cmd_chat(int argc, char** argv);
 int cmd_logits(int argc, char** argv);
 int cmd_perplexity(int argc, char** argv);
 int cmd_serve(int argc, char** argv);

@@ -24,6 +24,7 @@ constexpr Command kCommands[] = {
     {"tokenize", "show the token ids and pieces of a text", sluice::cli::cmd_tokenize},
     {"convert-tokenizer", "write a vocab-only GGUF from a HF tokenizer.json", sluice::cli::cmd_convert_tokenizer},
     {"run", "generate text from a prompt", sluice::cli::cmd_run},
+    {"chat", "multi-turn chat in the terminal with the model's chat template", sluice::cli::cmd_chat},
     {"logits", "evaluate reference tokens and write logits as JSON", sluice::cli::cmd_logits},
     {"perplexity", "sliding-window perplexity of a text file", sluice::cli::cmd_perplexity},
     {"serve", "OpenAI-compatible HTTP server with continuous batching", sluice::cli::cmd_serve},

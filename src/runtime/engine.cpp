@@ -62,6 +62,9 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& o) {
   mi.n_expert_used = hp.n_expert_used;
   mi.file_bytes = impl->file->total_size();
   mi.chat_template = impl->file->get_string_or("tokenizer.chat_template", "");
+  const Tokenizer& tk = *impl->tokenizer;
+  if (tk.bos() >= 0) mi.bos_token = tk.token_text(tk.bos());
+  if (tk.eos() >= 0) mi.eos_token = tk.token_text(tk.eos());
   mi.experts_mode = mode;
   mi.experts_detail = impl->model->experts().describe() + "; " + plan.reason;
   mi.resident_bytes = plan.resident_bytes;
@@ -120,10 +123,14 @@ struct Session::Impl {
 Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Session::~Session() = default;
 
-std::unique_ptr<Session> Engine::new_session() {
+std::unique_ptr<Session> Engine::new_session(int n_ctx) {
+  if (n_ctx < 0) fail("context size {} is negative", n_ctx);
+  const int n_ctx_train = impl_->model->hparams().n_ctx_train;
+  if (n_ctx == 0) n_ctx = impl_->n_ctx;
+  if (n_ctx_train > 0) n_ctx = std::min(n_ctx, n_ctx_train);
   auto s = std::make_unique<Session::Impl>();
   s->engine = impl_.get();
-  s->kv = impl_->model->make_kv_cache(impl_->n_ctx);
+  s->kv = impl_->model->make_kv_cache(n_ctx);
   return std::unique_ptr<Session>(new Session(std::move(s)));
 }
 

@@ -1,0 +1,68 @@
+// `sluice chat`: a multi-turn conversation with a model in the terminal. The loop itself is
+// chat::ChatRepl; this file parses flags, loads the engine, installs the SIGINT handler that
+// stops a reply, and picks the line source (libedit on a TTY, plain lines from a pipe).
+#include <fmt/format.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include "chat/chat_repl.h"
+#include "cli/commands.h"
+#include "cli/line_editor.h"
+#include "cli/options.h"
+
+namespace sluice::cli {
+
+namespace {
+
+// Set by SIGINT while a reply is generated; the token callback polls it. A lock-free atomic store
+// is async-signal-safe.
+std::atomic<bool> g_stop{false};
+static_assert(std::atomic<bool>::is_always_lock_free);
+
+extern "C" void on_sigint(int) { g_stop.store(true); }
+
+}  // namespace
+
+int cmd_chat(int argc, char** argv) {
+  CLI::App app{"Chat with a model: multi-turn, streamed, with the model's chat template", "sluice chat"};
+  ModelFlags mf;
+  add_model_flags(app, mf);
+  chat::ChatConfig cfg;
+  cfg.generate.max_tokens = 1024;
+  add_sampling_flags(app, cfg.generate.sampling);
+  app.add_option("-n,--n-predict", cfg.generate.max_tokens, "most tokens per reply")
+      ->check(CLI::Range(1, 1 << 24))->capture_default_str();
+  app.add_option("--system", cfg.system, "system prompt");
+  bool no_history = false;
+  app.add_flag("--no-history", no_history, "do not read or write the history file");
+  SLUICE_PARSE(app, argc, argv);
+
+  auto engine = Engine::load(engine_options(mf));
+  const ModelInfo& mi = engine->info();
+  fmt::print(stderr, "model: {} ({}, {} layers, {} experts top-{}), loaded in {:.2f} s; {}\n", mf.model,
+             mi.architecture, mi.n_layer, mi.n_expert, mi.n_expert_used, engine->load_seconds(), mi.experts_detail);
+
+  struct sigaction sa {};
+  sa.sa_handler = on_sigint;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &sa, nullptr);
+
+  chat::ChatRepl repl(*engine, cfg, g_stop, std::cout, std::cerr);
+  if (!repl.has_template())
+    fmt::print(stderr, "note: the model has no chat template; using the plain \"User: ...\\nAssistant: ...\" format\n");
+  fmt::print(stderr, "/help lists the commands; Ctrl+C stops a reply, Ctrl+D quits\n");
+  if (isatty(STDIN_FILENO)) {
+    LineEditor editor("sluice", no_history ? "" : chat_history_path());
+    return repl.run(editor);
+  }
+  StreamLineReader plain(std::cin);
+  return repl.run(plain);
+}
+
+}  // namespace sluice::cli
