@@ -47,12 +47,12 @@ class DeepSeek2 final : public Model {
 
     // YaRN (llama.cpp deepseek2): the rope itself keeps magnitude attn_factor (cancelling the
     // 1 + 0.1·ln(factor) that YaRN RoPE multiplies in), and q·k is scaled by mscale² with
-    // mscale = attn_factor·(1 + 0.1·yarn_log_multiplier·ln(factor)); yarn_log_multiplier holds
-    // mscale_all_dim.
+    // mscale = attn_factor·(1 + 0.1·mscale_all_dim·ln(factor)). The converter writes
+    // yarn_log_multiplier = 0.1·mscale_all_dim (0.1 for V3 and K2), so it is divided back.
     float mscale = 1.0f;
     if (hp_.rope.scaling == RopeScaling::kYarn) {
       const float ln_factor = std::log(1.0f / hp_.rope.freq_scale);
-      const float log_mul = static_cast<float>(f.get_float_or(a + "rope.scaling.yarn_log_multiplier", 0.0));
+      const float log_mul = static_cast<float>(f.get_float_or(a + "rope.scaling.yarn_log_multiplier", 0.0)) / 0.1f;
       mscale = hp_.rope.attn_factor * (1.0f + 0.1f * log_mul * ln_factor);
       hp_.rope.attn_factor /= 1.0f + 0.1f * ln_factor;
     }
