@@ -105,7 +105,8 @@ class Scheduler {
 // Chat prompt tokens for an OpenAI-style conversation. `messages_json`: the `messages` array as
 // JSON text; `tools_json`: the `tools` array or empty. Renders the model's chat template
 // (tokenizer.chat_template) with bos/eos token texts and add_generation_prompt; a model without a
-// template gets the plain fallback "role: content" lines ending with "assistant:". Throws
+// template gets the plain fallback of `sluice chat`: system text, then "User: ..." and
+// "Assistant: ..." lines, ending with "Assistant:" (callers should stop at "\nUser:"). Throws
 // sluice::Error naming the problem when the template fails. `rendered` receives the prompt text.
 std::vector<int32_t> chat_prompt_tokens(Engine& engine, std::string_view messages_json,
                                         std::string_view tools_json, std::string* rendered = nullptr);

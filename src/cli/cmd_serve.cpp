@@ -44,7 +44,7 @@ int cmd_serve(int argc, char** argv) {
   const ModelInfo& mi = engine->info();
   fmt::print(stderr, "model: {} ({}, {} layers, {} experts top-{}), loaded in {:.2f} s; {}\n", mf.model, mi.architecture,
              mi.n_layer, mi.n_expert, mi.n_expert_used, engine->load_seconds(), mi.experts_detail);
-  fmt::print(stderr, "chat template: {}\n", mi.chat_template.empty() ? "none (plain 'role: content' fallback)" : "from the model");
+  fmt::print(stderr, "chat template: {}\n", mi.chat_template.empty() ? "none (plain \"User: ...\\nAssistant:\" fallback)" : "from the model");
   return server::serve(*engine, so);
 }
 

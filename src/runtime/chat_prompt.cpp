@@ -1,6 +1,7 @@
 // Chat prompt tokens for servers (see sluice/serving.h): the model's own Jinja chat template when
 // it has one, else a plain-text fallback. The fallback exists for base models such as the shipped
-// tiny model, whose vocabulary has no turn markers: "role: content" lines read as ordinary text.
+// tiny model, whose vocabulary has no turn markers: "User: ..." / "Assistant: ..." lines read as
+// ordinary text (the format `sluice chat` uses too; the server adds "\nUser:" as a stop string).
 #include <nlohmann/json.hpp>
 
 #include "chat/chat_template.h"
@@ -25,8 +26,14 @@ std::string content_text(const nlohmann::ordered_json& content) {
 
 std::string fallback_prompt(const nlohmann::ordered_json& messages) {
   std::string out;
-  for (const auto& m : messages) out += m.value("role", "user") + ": " + content_text(m.value("content", nlohmann::ordered_json())) + "\n";
-  return out + "assistant:";
+  for (const auto& m : messages) {
+    const std::string role = m.value("role", "user");
+    const std::string content = content_text(m.value("content", nlohmann::ordered_json()));
+    if (role == "system") out += content + "\n\n";
+    else if (role == "assistant") out += "Assistant: " + content + "\n";
+    else out += "User: " + content + "\n";
+  }
+  return out + "Assistant:";
 }
 
 }  // namespace

@@ -200,6 +200,9 @@ ParsedRequest parse_request(Api api, const std::string& text, Engine& engine) {
       messages.insert(messages.begin(), json{{"role", "system"}, {"content", content_text(*sys, "system")}});
   }
   pr.prompt_field = "messages";
+  // Without a chat template the prompt is plain "User:"/"Assistant:" text; stop before the model
+  // writes the user's next turn itself.
+  if (engine.info().chat_template.empty()) o.stop.push_back("\nUser:");
   try {
     pr.request.prompt = chat_prompt_tokens(engine, messages.dump(), tools);
   } catch (const std::exception& e) {
