@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "gguf/gguf.h"
+#include "kv/kv_cache.h"
 #include "model/gen/gen_model.h"
 #include "model/model.h"
 #include "model/sizing.h"
@@ -256,6 +257,10 @@ TEST(GenMoePresets, CutDownFilesHaveTheLayoutKeysAndClasses) {
       EXPECT_GT(other, 0u);
       EXPECT_EQ(report.kv.n_layer, 3);
     }
+
+    // inspect's KV estimate is what the engine's cache holds per position (fp32; MLA: the latent
+    // and the rope key only; gpt-oss: full length on windowed layers too; no MTP layers).
+    EXPECT_EQ(load_model(*f)->make_kv_cache(16)->bytes_per_position(), report.kv.bytes_per_token);
 
     // The engine streams the routed expert weights inspect counts (none of the nextn layer's);
     // gpt-oss's per-expert biases, which inspect also counts as routed, it reads in place.
