@@ -156,8 +156,7 @@ struct Scheduler::Impl {
     else
       kv->truncate(s.id, best);
     s.ctx = prompt;
-    s.handle = std::move(p.handle);
-    s.options = std::move(p.request.options);
+    s.options = p.request.options;
     s.deadline = p.deadline;
     s.sampler.emplace(sampling_params(s.options.sampling));
     for (int32_t t : prompt) s.sampler->accept(t);
@@ -169,6 +168,7 @@ struct Scheduler::Impl {
     s.decoding = false;
     s.timer.reset();
     s.last_used = s.admitted = ++admissions;
+    s.handle = std::move(p.handle);  // last: if anything above throws, the caller still holds it
     std::lock_guard<std::mutex> lock(mutex);
     stats.reused_tokens += best;
   }
@@ -273,7 +273,15 @@ struct Scheduler::Impl {
         const int c = common_prefix(s, p.request.prompt);
         if (c > best_common || (c == best_common && s.last_used < best->last_used)) best = &s, best_common = c;
       }
-      start(*best, std::move(p));
+      try {
+        start(*best, std::move(p));
+      } catch (const std::exception& e) {
+        release(*best, true);
+        p.handle->push_error(e.what());
+        std::lock_guard<std::mutex> lock(mutex);
+        --in_system;
+        ++stats.failed;
+      }
     }
     for (auto& [list, timed_out] : {std::pair{&dropped_cancel, false}, std::pair{&dropped_timeout, true}})
       for (Pending& p : *list) {
@@ -356,8 +364,14 @@ struct Scheduler::Impl {
         cv.wait(lock, [&] { return stop || !queue.empty() || any_active(); });
         if (stop) break;
       }
-      admit(Clock::now());
-      step(batch, logits, rows);
+      try {
+        admit(Clock::now());
+        step(batch, logits, rows);
+      } catch (const std::exception& e) {
+        // Outside forward (prefix copy, allocation): fail what is running, keep serving.
+        for (Slot& s : slots)
+          if (s.handle) fail_slot(s, e.what());
+      }
       std::lock_guard<std::mutex> lock(mutex);
       stats.queue_depth = static_cast<int>(queue.size());
       stats.active = static_cast<int>(std::count_if(slots.begin(), slots.end(), [](const Slot& s) { return s.handle != nullptr; }));

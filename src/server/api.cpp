@@ -135,8 +135,8 @@ std::string stop_reason(const GenerateResult& r) {
   return r.finish == FinishReason::kStop ? "stop_sequence" : "end_turn";
 }
 
-std::string sse(const json& j) { return "data: " + j.dump() + "\n\n"; }
-std::string sse_event(const char* event, const json& j) { return fmt::format("event: {}\ndata: {}\n\n", event, j.dump()); }
+std::string sse(const json& j) { return "data: " + to_text(j) + "\n\n"; }
+std::string sse_event(const char* event, const json& j) { return fmt::format("event: {}\ndata: {}\n\n", event, to_text(j)); }
 
 }  // namespace
 
@@ -187,7 +187,7 @@ ParsedRequest parse_request(Api api, const std::string& text, Engine& engine) {
       o.max_tokens = static_cast<int>(integer(body, "max_completion_tokens", kMaxInt, 0, kMaxInt));
     if (const json* t = field(body, "tools")) {
       if (!t->is_array()) bad("tools", "'tools' must be an array", "invalid_type");
-      tools = t->dump();
+      tools = to_text(*t);
     }
   } else {
     o.stop = stops(body, "stop_sequences");
@@ -204,7 +204,7 @@ ParsedRequest parse_request(Api api, const std::string& text, Engine& engine) {
   // writes the user's next turn itself.
   if (engine.info().chat_template.empty()) o.stop.push_back("\nUser:");
   try {
-    pr.request.prompt = chat_prompt_tokens(engine, messages.dump(), tools);
+    pr.request.prompt = chat_prompt_tokens(engine, to_text(messages), tools);
   } catch (const std::exception& e) {
     bad("messages", e.what());
   }

@@ -37,6 +37,9 @@ struct ParsedRequest {
 // chat template). Throws ApiError (400) on malformed JSON, wrong types or values out of range.
 ParsedRequest parse_request(Api api, const std::string& body, Engine& engine);
 
+// Serializes for the wire; invalid UTF-8 (never expected) becomes U+FFFD instead of throwing.
+inline std::string to_text(const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
+
 // Error bodies: OpenAI shape, or Anthropic's {"type":"error","error":{"type","message"}}.
 nlohmann::json error_body(Api api, const ApiError& e);
 

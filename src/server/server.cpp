@@ -38,7 +38,7 @@ struct Counters {
 
 void send_error(httplib::Response& res, Api api, const ApiError& e) {
   res.status = e.status;
-  res.set_content(error_body(api, e).dump(), "application/json");
+  res.set_content(to_text(error_body(api, e)), "application/json");
 }
 
 Api api_of_path(const std::string& path) { return path == "/v1/messages" ? Api::kMessages : Api::kChat; }
@@ -145,7 +145,7 @@ class Routes {
                               {"created", static_cast<int64_t>(std::time(nullptr))},
                               {"owned_by", "sluice"},
                               {"meta", {{"architecture", engine_.info().architecture}, {"n_ctx", scheduler_.n_ctx()}}}}});
-    res.set_content(json{{"object", "list"}, {"data", data}}.dump(), "application/json");
+    res.set_content(to_text(json{{"object", "list"}, {"data", data}}), "application/json");
   }
 
  private:
@@ -162,7 +162,7 @@ class Routes {
     if (ev.kind == CompletionEvent::Kind::kError)
       return send_error(res, api, ApiError(500, ev.text, api == Api::kMessages ? "api_error" : "server_error"));
     if (ev.timed_out) return send_error(res, api, timeout_error(options_.timeout_seconds));
-    res.set_content(format.full(ev.result).dump(), "application/json");
+    res.set_content(to_text(format.full(ev.result)), "application/json");
   }
 
   // Writes every event that is ready (waiting up to a second for the first); false ends the

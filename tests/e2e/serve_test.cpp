@@ -2,7 +2,7 @@
 // loopback port (--port 0, the port read from its stdout, then /health polled) and spoken to over
 // raw sockets, so the bytes on the wire are what is checked. Covers authentication, malformed
 // and mistyped requests, oversized bodies, context overflow, a full queue, a client vanishing
-// mid-stream, prefix reuse, the Anthropic shape and metrics; then runs the `openai` npm client
+// mid-stream, prefix reuse, the Anthropic shape, metrics and the per-request timeout; then runs the `openai` npm client
 // tests (tests/node/serve_openai.mjs) against a second server.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -339,6 +339,20 @@ TEST_F(ServeRobustness, MetricsAreExposed) {
                            "sluice_expert_stall_seconds_total", "sluice_http_responses_total{code=\"200\"}"})
     EXPECT_NE(text.find(name), std::string::npos) << name;
   EXPECT_GT(metrics(port()).value("sluice_expert_requests_total", 0.0), 0);
+}
+
+TEST(ServeTimeout, SlowRequestsEndWith504OrAStreamedErrorAndFreeTheSlot) {
+  Server server({"--timeout", "0.02"});
+  ASSERT_GT(server.port(), 0) << "server did not start; log: " << server.log();
+  const std::string slow = R"({"prompt":"And God said","max_tokens":100,"temperature":0,"ignore_eos":true})";
+  expect_error(http(server.port(), "POST", "/v1/completions", slow), 504, "", "timeout");
+  const Http s = http(server.port(), "POST", "/v1/completions", kLong);
+  EXPECT_EQ(s.status, 200);
+  EXPECT_NE(s.body.find(R"("code":"timeout")"), std::string::npos) << s.body;
+  EXPECT_NE(s.body.find("data: [DONE]"), std::string::npos) << s.body;
+  const json m = metrics(server.port());
+  EXPECT_EQ(m.value("sluice_requests_timed_out_total", 0.0), 2);
+  EXPECT_EQ(m.value("sluice_active_requests", -1.0), 0);
 }
 
 TEST(ServeOpenAiClient, NodeClientTestsPass) {
