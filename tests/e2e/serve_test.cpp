@@ -333,6 +333,7 @@ TEST_F(ServeRobustness, AnthropicMessagesShapeAndStreamEvents) {
 }
 
 TEST_F(ServeRobustness, MetricsAreExposed) {
+  ASSERT_EQ(http(port(), "POST", "/v1/completions", R"({"prompt":"And God said","max_tokens":2})").status, 200);
   const std::string text = http(port(), "GET", "/metrics").body;
   for (const char* name : {"sluice_requests_total", "sluice_generated_tokens_total", "sluice_queue_depth", "sluice_batch_size",
                            "sluice_expert_cache_hits_total", "sluice_expert_cache_misses_total", "sluice_expert_bytes_read_total",
