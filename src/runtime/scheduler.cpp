@@ -350,7 +350,6 @@ struct Scheduler::Impl {
     stats.last_batch_rows = static_cast<int>(batch.size());
     stats.last_batch_sequences = n_seq;
     stats.busy_seconds += secs;
-    stats.kv_bytes = kv->allocated_bytes();
     stats.experts = es;
   }
 
@@ -373,6 +372,7 @@ struct Scheduler::Impl {
           if (s.handle) fail_slot(s, e.what());
       }
       std::lock_guard<std::mutex> lock(mutex);
+      stats.kv_bytes = kv->allocated_bytes();
       stats.queue_depth = static_cast<int>(queue.size());
       stats.active = static_cast<int>(std::count_if(slots.begin(), slots.end(), [](const Slot& s) { return s.handle != nullptr; }));
     }
