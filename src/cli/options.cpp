@@ -29,7 +29,7 @@ void add_model_flags(CLI::App& app, ModelFlags& f) {
   app.add_flag("--ssd-streaming", f.streaming, "stream routed experts from SSD (same as --experts stream)");
   app.add_option("--ssd-streaming-cache-experts", f.cache_size, "expert cache size, e.g. 4GB, 512MiB or bytes (default: from the memory budget)");
   app.add_option("--mem-limit", f.mem_limit, "memory budget (default: cgroup limit or available memory)");
-  app.add_option("--ssd-streaming-policy", f.policy, "expert cache eviction: lru or lfu")->check(CLI::IsMember({"lru", "lfu"}))->capture_default_str();
+  app.add_option("--ssd-streaming-policy", f.policy, "expert cache eviction: lru, lfu or nextuse")->check(CLI::IsMember({"lru", "lfu", "nextuse"}))->capture_default_str();
   app.add_flag("--ssd-streaming-cold", f.cold, "do not preload the expert cache at startup");
   app.add_option("--ssd-streaming-preload-experts", f.preload, "preload at most N experts")->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   app.add_flag("--no-prefetch", f.no_prefetch, "disable router-lookahead prefetch");

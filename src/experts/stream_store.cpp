@@ -66,6 +66,9 @@ class StreamStore final : public ExpertStore {
     slots_.resize(n_slots_);
     key_slot_.assign(total, -1);
     heat_.assign(total, 0.0);
+    use_w_.assign(total, 0.0);
+    pass_w_.assign(map.n_layer, 0.0);
+    pass_.assign(map.n_layer, 0);
     for (const auto& p : map.part_paths) {
       bool direct = false;
       fds_.push_back(open_for_streaming(p, &direct));
@@ -93,10 +96,13 @@ class StreamStore final : public ExpertStore {
     handed_ = -1;
     n_handed_ = 0;
     ++tick_;
+    const double pass_weight = count_pass(il);
+    coverage_ = static_cast<double>(ids.size()) / map_.n_expert;
     for (size_t i = 0; i < ids.size(); ++i) {
       const int32_t key = il * map_.n_expert + ids[i];
       ++stats_.requests;
       heat_[key] += 1.0;
+      use_w_[key] += pass_weight;
       int32_t s = key_slot_[key];
       if (s >= 0 && slots_[s].prefetched) {
         ++stats_.prefetch_used;
@@ -172,7 +178,7 @@ class StreamStore final : public ExpertStore {
     return fmt::format("experts: stream ({} reader{}, {} slots × {} = {}{}, policy {})", reader_->name(),
                        direct_.empty() || direct_[0] ? ", O_DIRECT" : "", n_slots_, format_bytes(slot_bytes_),
                        format_bytes(arena_.size()), locked_ ? ", locked" : "",
-                       o_.policy == EvictionPolicy::kLru ? "lru" : "lfu");
+                       policy_name(o_.policy));
   }
 
  private:
@@ -188,15 +194,52 @@ class StreamStore final : public ExpertStore {
     }
   }
 
+  // The slot to refill: an empty one, else the unpinned, loaded slot the policy values least.
   int32_t victim() {
     int32_t best = -1;
+    double best_score = 0;
     for (int32_t s = 0; s < n_slots_; ++s) {
       const Slot& sl = slots_[s];
       if (sl.state == SlotState::kEmpty) return s;
       if (sl.pins > 0 || sl.state == SlotState::kLoading) continue;
-      if (best < 0 || sl.score < slots_[best].score) best = s;
+      const double score = o_.policy == EvictionPolicy::kNextUse ? -steps_to_next_use(sl.key) : sl.score;
+      if (best < 0 || score < best_score) best = s, best_score = score;
     }
     return best;
+  }
+
+  // nextuse policy: the expected number of layer steps until `key` is needed again, from
+  //  - d, how many layers the forward pass walks before it reaches the key's layer (the current
+  //    layer's other experts come last: a whole pass away), and
+  //  - p, the chance a pass uses the key: its decayed share of its layer's passes, but at least
+  //    the share of experts the current request touches (a prefill batch routes to nearly all
+  //    of them, so every expert will be needed on the next pass whatever its history).
+  // T = d + n_layer · (1/p − 1). Evicting the largest T approximates Belady's optimal choice; for
+  // a prefill that sweeps more experts than fit, it keeps a fixed set instead of cycling the cache
+  // (where LRU and recency-weighted LFU evict exactly what the next layers need).
+  double steps_to_next_use(int32_t key) const {
+    const int n_layer = map_.n_layer;
+    const int layer = key / map_.n_expert;
+    const int d = il_ < 0 ? n_layer : ((layer - il_ - 1 + n_layer) % n_layer) + 1;
+    const double freq = pass_w_[layer] > 0 ? use_w_[key] / pass_w_[layer] : 0.0;
+    const double p = std::clamp(std::max(coverage_, freq), 1e-3, 1.0);
+    return d + n_layer * (1.0 / p - 1.0);
+  }
+
+  // Counts a pass over layer il for the nextuse frequencies and returns this pass's weight:
+  // 2^(pass/H) grows so older passes weigh half as much every H passes without touching every
+  // key; both sums are rescaled before the weights could overflow.
+  double count_pass(int il) {
+    constexpr double kHalfLife = 32;  // passes (decode: tokens) over which a use counts half
+    if (++pass_[il] >= 1024) {
+      const double scale = std::exp2(-static_cast<double>(pass_[il]) / kHalfLife);
+      for (int e = 0; e < map_.n_expert; ++e) use_w_[static_cast<size_t>(il) * map_.n_expert + e] *= scale;
+      pass_w_[il] *= scale;
+      pass_[il] = 0;
+    }
+    const double w = std::exp2(static_cast<double>(pass_[il]) / kHalfLife);
+    pass_w_[il] += w;
+    return w;
   }
 
   void load(int32_t s, int32_t key, bool demand) {
@@ -385,6 +428,10 @@ class StreamStore final : public ExpertStore {
   std::vector<Slot> slots_;
   std::vector<int32_t> key_slot_;
   std::vector<double> heat_;
+  std::vector<double> use_w_;   // nextuse: per key, decayed passes that used it
+  std::vector<double> pass_w_;  // nextuse: per layer, decayed passes
+  std::vector<uint32_t> pass_;  // nextuse: per layer, passes since the last rescale
+  double coverage_ = 0;         // share of the layer's experts the current request touches
   bool have_heat_ = false;
   bool preloading_ = false;
   std::vector<int> fds_;
@@ -405,6 +452,21 @@ class StreamStore final : public ExpertStore {
 };
 
 }  // namespace
+
+const char* policy_name(EvictionPolicy p) {
+  switch (p) {
+    case EvictionPolicy::kLru: return "lru";
+    case EvictionPolicy::kLfu: return "lfu";
+    case EvictionPolicy::kNextUse: return "nextuse";
+  }
+  return "?";
+}
+
+EvictionPolicy parse_policy(const std::string& name) {
+  for (EvictionPolicy p : {EvictionPolicy::kLru, EvictionPolicy::kLfu, EvictionPolicy::kNextUse})
+    if (name == policy_name(p)) return p;
+  fail("expert cache policy '{}' is not one of lru, lfu, nextuse", name);
+}
 
 uint64_t stream_slot_bytes(const ExpertFileMap& map) {
   uint64_t best = 0;

@@ -29,7 +29,12 @@ struct ExpertFileMap {
   std::vector<std::array<FileRange, 3>> ranges;
 };
 
-enum class EvictionPolicy { kLru, kLfu };
+// lru: least recently used. lfu: decayed use count (recency-weighted). nextuse: estimated layer
+// steps until the next use, from decayed frequency and layer order (see stream_store.cpp).
+enum class EvictionPolicy { kLru, kLfu, kNextUse };
+const char* policy_name(EvictionPolicy p);
+// Parses "lru", "lfu" or "nextuse"; throws naming the accepted values.
+EvictionPolicy parse_policy(const std::string& name);
 
 struct StreamOptions {
   uint64_t cache_bytes = 0;

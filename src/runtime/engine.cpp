@@ -41,8 +41,8 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& o) {
     fail("the tokenizer has {} tokens but the model's embedding has {} rows", impl->tokenizer->n_vocab(), hp.n_vocab);
   if (o.experts != "auto" && o.experts != "ram" && o.experts != "mmap" && o.experts != "stream")
     fail("--experts '{}': expected auto, ram, mmap or stream", o.experts);
-  if (o.cache_policy != "lru" && o.cache_policy != "lfu")
-    fail("--ssd-streaming-policy '{}': expected lru or lfu", o.cache_policy);
+  if (o.cache_policy != "lru" && o.cache_policy != "lfu" && o.cache_policy != "nextuse")
+    fail("--ssd-streaming-policy '{}': expected lru, lfu or nextuse", o.cache_policy);
   impl->n_ctx = o.n_ctx;
   if (hp.n_ctx_train > 0) impl->n_ctx = std::min(impl->n_ctx, hp.n_ctx_train);
   const uint64_t kv_bytes = impl->model->make_kv_cache(impl->n_ctx)->bytes_per_position() * impl->n_ctx;

@@ -152,7 +152,7 @@ std::unique_ptr<ExpertStore> make_expert_store(const gguf::File& file, const Mod
   if (plan.mode == "ram" || plan.mode == "mmap") return make_in_place_store(model.expert_layout(), plan.mode);
   StreamOptions so;
   so.cache_bytes = plan.cache_bytes;
-  so.policy = o.cache_policy == "lru" ? EvictionPolicy::kLru : EvictionPolicy::kLfu;
+  so.policy = parse_policy(o.cache_policy);
   so.cold = o.cold;
   so.preload_limit = o.preload_experts;
   so.lock_memory = o.lock_memory;
