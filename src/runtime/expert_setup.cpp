@@ -1,7 +1,9 @@
 // Expert placement: routed experts (ffn_*_exps and the legacy per-expert tensors) are the only
 // tensors that may stay on disk; everything else is resident. In auto mode the model runs in RAM
-// when resident + routed + KV fit 80 % of the budget, streamed otherwise with a cache of
-// 80 % of the budget minus resident weights, KV and a 256 MiB margin for activations and buffers.
+// when resident + routed + KV fit the usable budget, streamed otherwise with a cache of the
+// usable budget minus resident weights, KV and a 256 MiB margin for activations and buffers. The
+// usable budget is 95 % of a hard limit (--mem-limit, a binding cgroup limit) and 80 % of
+// MemAvailable, which other processes share.
 #include "runtime/expert_setup.h"
 
 #include <sys/mman.h>
@@ -112,12 +114,19 @@ ExpertPlan plan_experts(const gguf::File& file, const Model& model, const Engine
   p.resident_bytes = file.total_size() > p.routed_bytes ? file.total_size() - p.routed_bytes : 0;
   uint64_t budget = o.mem_limit;
   std::string source = "--mem-limit";
+  // A hard limit (--mem-limit, or a cgroup limit that binds before MemAvailable does) is ours to
+  // fill up to a 5 % safety band; MemAvailable is shared with other processes, so take 80 %.
+  unsigned usable_percent = 95;
   if (budget == 0) {
-    auto avail = read_meminfo().available_bytes();
+    const MemInfo mi = read_meminfo();
+    auto avail = mi.available_bytes();
     budget = avail ? *avail : (8ull << 30);
-    source = avail ? "available memory" : "an assumed 8 GiB (memory not detectable)";
+    const bool cgroup_binds = mi.cgroup_limit && mi.cgroup_usage && avail &&
+                              (!mi.mem_available || *mi.cgroup_limit - std::min(*mi.cgroup_usage, *mi.cgroup_limit) <= *mi.mem_available);
+    source = !avail ? "an assumed 8 GiB (memory not detectable)" : cgroup_binds ? "the cgroup limit's headroom" : "available memory";
+    if (!cgroup_binds) usable_percent = 80;
   }
-  const uint64_t usable = budget / 10 * 8;
+  const uint64_t usable = budget / 100 * usable_percent;
   p.mode = o.experts;
   if (p.routed_bytes == 0 && p.mode == "stream") p.mode = "ram";
   if (p.mode == "auto") {
@@ -135,10 +144,10 @@ ExpertPlan plan_experts(const gguf::File& file, const Model& model, const Engine
              "cache and a {} margin; set --ssd-streaming-cache-experts or free memory",
              format_bytes(budget), source, format_bytes(p.resident_bytes), format_bytes(kv_bytes), format_bytes(kMargin));
       p.cache_bytes = std::min<uint64_t>(usable - fixed, p.routed_bytes + (64ull << 20));
-      p.reason = fmt::format("80 % of {} ({}) minus resident weights, KV and margin", source, format_bytes(budget));
+      p.reason = fmt::format("{} % of {} ({}) minus resident weights, KV and margin", usable_percent, source, format_bytes(budget));
     }
   } else {
-    p.reason = p.mode == o.experts ? "set by --experts" : fmt::format("the model fits in 80 % of {} ({})", source, format_bytes(budget));
+    p.reason = p.mode == o.experts ? "set by --experts" : fmt::format("the model fits in {} % of {} ({})", usable_percent, source, format_bytes(budget));
   }
   return p;
 }
