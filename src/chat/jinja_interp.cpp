@@ -463,10 +463,23 @@ void Interpreter::bind_macro_arguments(const Node& macro, const std::vector<Node
   for (const auto& [name, def] : pending) scope.set(name, evaluate(def, scope_ptr));
 }
 
+EnvPtr Interpreter::closure_scope(const std::weak_ptr<Env>& scope) {
+  EnvPtr e = scope.lock();
+  // closure_scopes_ holds every captured scope until the render ends, and no value outlives it.
+  if (!e) throw RuntimeFail("internal error: a macro's defining scope was freed before the render ended");
+  return e;
+}
+
 Value Interpreter::define_macro(const Node* n, const EnvPtr& env) {
-  EnvPtr defining = env;
-  env->set(n->str, Value::function([this, n, defining](std::vector<Value>& args, Env& call_site) {
+  // The macro is stored in the scope it captures; a strong capture would be a reference cycle
+  // (scope -> macro -> scope) that is never freed. It captures a weak reference instead and the
+  // render keeps the scope alive (closure_scopes_), so macros passed out of their scope through a
+  // namespace or a list still work.
+  if (closure_scopes_.empty() || closure_scopes_.back() != env) closure_scopes_.push_back(env);
+  std::weak_ptr<Env> defining_weak = env;
+  env->set(n->str, Value::function([this, n, defining_weak](std::vector<Value>& args, Env& call_site) {
     if (depth_ >= kMaxDepth) throw RuntimeFail("maximum macro recursion depth exceeded");
+    EnvPtr defining = closure_scope(defining_weak);
     EnvPtr parent = defining;
     if (n->uses_caller) {
       const Value* caller = call_site.call_block_scope ? call_site.find_local("caller") : nullptr;
@@ -486,8 +499,12 @@ Value Interpreter::define_macro(const Node* n, const EnvPtr& env) {
 }
 
 Value Interpreter::call_block(const Node* n, const EnvPtr& env) {
-  Value caller = Value::function([this, n, env](std::vector<Value>& args, Env&) {
-    auto scope = std::make_shared<Env>(env);
+  // `caller` can be stored into a namespace that env reaches (`{% set ns.c = caller %}`), so it
+  // captures env weakly too, for the same reason as a macro.
+  if (closure_scopes_.empty() || closure_scopes_.back() != env) closure_scopes_.push_back(env);
+  std::weak_ptr<Env> env_weak = env;
+  Value caller = Value::function([this, n, env_weak](std::vector<Value>& args, Env&) {
+    auto scope = std::make_shared<Env>(closure_scope(env_weak));
     bind_macro_arguments(*n, n->list, args, scope);
     return Value::string(render_block(n->body, scope));
   });

@@ -71,7 +71,12 @@ class Interpreter {
   void bind_macro_arguments(const Node& macro, const std::vector<NodePtr>& params, std::vector<Value> args,
                             const EnvPtr& scope);
 
+  EnvPtr closure_scope(const std::weak_ptr<Env>& scope);
+
   int depth_ = 0;
+  // Scopes captured by macros and call blocks, which hold them weakly (see define_macro): owned
+  // here for the whole render, so they are freed with the Interpreter when render() returns.
+  std::vector<EnvPtr> closure_scopes_;
 };
 
 // Builtins: filters and tests (jinja_filters.cpp), methods and globals (jinja_methods.cpp).

@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include "chat/jinja.h"
+#include "chat/jinja_ast.h"
+#include "chat/jinja_interp.h"
+#include "chat/jinja_lexer.h"
 #include "chat/jinja_value.h"
 #include "core/error.h"
 
@@ -162,6 +165,27 @@ TEST(Jinja, MacroArgumentRules) {
   EXPECT_EQ(render("{% macro m() %}{{ varargs | length }}{% endmacro %}{{ m(1, 2, 3) }}"), "3");
   EXPECT_EQ(render("{% macro m(n) %}{% if n > 0 %}{{ n }}{{ m(n - 1) }}{% endif %}{% endmacro %}{{ m(3) }}"), "321");
   EXPECT_NE(error_of("{% macro m() %}{{ m() }}{% endmacro %}{{ m() }}").find("recursion"), std::string::npos);
+}
+
+// Macros and call blocks capture their defining scope; a strong capture stored in that scope was
+// a reference cycle that leaked every render's scopes. After a render, nothing may keep the global
+// scope alive, and a macro that left its scope (through a namespace) must still be callable.
+TEST(Jinja, ClosuresDoNotKeepScopesAlive) {
+  const std::string tmpl =
+      "{% set ns = namespace(f=none) %}"
+      "{% macro outer(x) %}[{{ caller(x) }}]{% endmacro %}"
+      "{% for i in [1, 2] %}{% macro inner(y) %}<{{ y }}{{ i }}>{% endmacro %}{% set ns.f = inner %}{% endfor %}"
+      "{% call(v) outer(7) %}{{ ns.f(v) }}{% endcall %}";
+  const NodePtr program = parse(tokenize(tmpl));
+  std::weak_ptr<Env> global_weak;
+  {
+    auto global = std::make_shared<Env>();
+    setup_globals(*global, RenderOptions{});
+    global_weak = global;
+    Interpreter interp(/*extensions=*/false);
+    EXPECT_EQ(interp.render_block(program->body, global), "[<72>]");
+  }
+  EXPECT_TRUE(global_weak.expired()) << "the global scope outlived its render (closure reference cycle)";
 }
 
 TEST(Jinja, StrictModeRejectsWhatTheReferenceLacks) {
