@@ -17,8 +17,10 @@ namespace sluice::chat {
 
 namespace {
 
-// The fallback format's turn markers; "\nUser:" also stops generation so the model does not
-// write the user's next line itself.
+// The fallback format's turn markers, as the server's fallback (src/runtime/chat_prompt.cpp) writes
+// them; a reply is kept as generated, so its own leading space follows "Assistant:" and the next
+// prompt starts with exactly the cached tokens. "\nUser:" also stops generation so the model does
+// not write the user's next line itself.
 constexpr const char* kUserPrefix = "User: ";
 constexpr const char* kAssistantPrefix = "Assistant:";
 constexpr const char* kFallbackStop = "\nUser:";
@@ -186,7 +188,8 @@ std::string ChatRepl::render(bool add_generation_prompt) const {
       const std::string role = m["role"], content = m["content"];
       if (role == "system") s += content + "\n\n";
       else if (role == "user") s += std::string(kUserPrefix) + content + "\n";
-      else s += kAssistantPrefix + content + "\n";  // as generated, its leading space included
+      else if (!content.empty() && (content[0] == ' ' || content[0] == '\n')) s += kAssistantPrefix + content + "\n";
+      else s += std::string(kAssistantPrefix) + " " + content + "\n";  // the server's format for trimmed text
     }
     if (add_generation_prompt) s += kAssistantPrefix;
     return s;
