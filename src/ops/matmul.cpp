@@ -9,6 +9,7 @@
 #include "ops/matmul.h"
 
 #include <algorithm>
+#include <atomic>
 #include <exception>
 #include <mutex>
 
@@ -54,6 +55,11 @@ struct Job {
   float* y;
   int64_t row_parts;
   int64_t token_parts;
+  // Parts are claimed from a shared counter rather than assigned one per thread: a thread that
+  // the OS deschedules (an oversubscribed machine, a server's other threads) delays only the
+  // part it holds, and the others take the rest. Rows are independent, so results do not depend
+  // on which thread computes which part.
+  std::atomic<int64_t> next_part{0};
 
   std::mutex error_mutex;
   std::exception_ptr error;
@@ -97,14 +103,16 @@ void run_range(const Job& job, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
   }
 }
 
-void run_part(Job& job, int thread, int n_threads) {
+void run_parts(Job& job) {
   try {
-    if (thread >= job.row_parts * job.token_parts) return;
-    const int64_t rp = thread % job.row_parts;
-    const int64_t tp = thread / job.row_parts;
-    const int64_t n_out = job.w->n_out;
-    run_range(job, n_out * rp / job.row_parts, n_out * (rp + 1) / job.row_parts,
-              job.n_tokens * tp / job.token_parts, job.n_tokens * (tp + 1) / job.token_parts);
+    const int64_t n_parts = job.row_parts * job.token_parts;
+    for (int64_t part; (part = job.next_part.fetch_add(1, std::memory_order_relaxed)) < n_parts;) {
+      const int64_t rp = part % job.row_parts;
+      const int64_t tp = part / job.row_parts;
+      const int64_t n_out = job.w->n_out;
+      run_range(job, n_out * rp / job.row_parts, n_out * (rp + 1) / job.row_parts,
+                job.n_tokens * tp / job.token_parts, job.n_tokens * (tp + 1) / job.token_parts);
+    }
   } catch (...) {
     job.record_error();
   }
@@ -156,14 +164,17 @@ void matmul(ThreadPool& pool, const MatView& w, const float* x, int64_t n_tokens
   job.n_tokens = n_tokens;
   job.y = y;
   const int64_t nt = pool.size();
-  job.row_parts = std::min(nt, w.n_out);
+  // Four parts per thread when there are rows enough (at least kMinPartRows each), so that the
+  // shared counter can even out a slow thread; fewer rows than threads split the tokens too.
+  constexpr int64_t kMinPartRows = 16;
+  job.row_parts = nt == 1 ? 1 : std::min(w.n_out, std::max(nt, std::min(4 * nt, w.n_out / kMinPartRows)));
   job.token_parts = std::min(n_tokens, std::max<int64_t>(1, nt / job.row_parts));
 
   convert_activations(pool, job);
   if (job.row_parts * job.token_parts == 1) {
-    run_part(job, 0, 1);
+    run_parts(job);
   } else {
-    pool.run([&job](int thread, int n_threads) { run_part(job, thread, n_threads); });
+    pool.run([&job](int, int) { run_parts(job); });
   }
   if (job.error) std::rethrow_exception(job.error);
 }
