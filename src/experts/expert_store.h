@@ -64,8 +64,10 @@ class ExpertStore {
   virtual bool next(int* index, ExpertWeights* w) = 0;
   // The layer's experts are no longer used by the caller.
   virtual void end() = 0;
-  // Experts layer `il` will probably need soon; a store may start reading them.
-  virtual void prefetch(int il, std::span<const int32_t> ids) {}
+  // Experts layer `il` will probably need soon; a store may start reading them. `ranked`: the
+  // ids are one token's prediction, most likely first (the store may keep only the ranks whose
+  // measured precision pays for their reads); otherwise an unordered set.
+  virtual void prefetch(int il, std::span<const int32_t> ids, bool ranked) {}
   virtual ExpertStoreStats stats() const { return {}; }
   virtual std::string describe() const = 0;
 };

@@ -40,6 +40,7 @@ struct Slot {
   int pending = 0;       // reads in flight
   int pins = 0;          // current request still needs it
   bool prefetched = false;
+  int8_t prefetch_rank = -1;  // rank of a ranked prediction, −1 for an unordered one
   bool demand = false;   // a request is waiting for it (for miss logging)
   double score = 0;      // eviction priority: last use (LRU) or decayed frequency (LFU)
   double submitted = 0;  // clock at submission, for read latency
@@ -106,6 +107,7 @@ class StreamStore final : public ExpertStore {
       int32_t s = key_slot_[key];
       if (s >= 0 && slots_[s].prefetched) {
         ++stats_.prefetch_used;
+        if (slots_[s].prefetch_rank >= 0) rank_stats_[slots_[s].prefetch_rank].used += 1;
         slots_[s].prefetched = false;
       }
       if (s >= 0 && slots_[s].state == SlotState::kReady) {
@@ -159,15 +161,31 @@ class StreamStore final : public ExpertStore {
     deferred_.clear();
   }
 
-  void prefetch(int il, std::span<const int32_t> ids) override {
+  // A wrong prediction costs a read and evicts an expert that may be needed, and when the disk is
+  // the bottleneck the read delays the demand reads queued behind it. So for ranked predictions
+  // each rank is issued only while its measured precision (decayed used / issued) is at least
+  // kMinPrecision; every kExploreEvery-th call issues all ranks so a rank that improves (routing
+  // that becomes predictable) is noticed.
+  void prefetch(int il, std::span<const int32_t> ids, bool ranked) override {
+    constexpr double kMinPrecision = 0.5, kDecay = 0.995, kMinSamples = 8;
+    constexpr uint64_t kExploreEvery = 8;
     poll(false);
-    for (int32_t e : ids) {
-      const int32_t key = il * map_.n_expert + e;
+    const bool explore = ++prefetch_calls_ % kExploreEvery == 0;
+    for (auto& r : rank_stats_) r.issued *= kDecay, r.used *= kDecay;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const int32_t key = il * map_.n_expert + ids[i];
       if (key_slot_[key] >= 0) continue;
+      const int rank = ranked ? static_cast<int>(std::min(i, kRanks - 1)) : -1;
+      if (rank >= 0 && !explore) {
+        const RankStats& r = rank_stats_[rank];
+        if (r.issued >= kMinSamples && r.used < kMinPrecision * r.issued) continue;
+      }
       const int32_t s = victim();
       if (s < 0) return;
       load(s, key, /*demand=*/false);
       slots_[s].prefetched = true;
+      slots_[s].prefetch_rank = static_cast<int8_t>(rank);
+      if (rank >= 0) rank_stats_[rank].issued += 1;
       ++stats_.prefetch_issued;
     }
   }
@@ -432,6 +450,13 @@ class StreamStore final : public ExpertStore {
   std::vector<double> pass_w_;  // nextuse: per layer, decayed passes
   std::vector<uint32_t> pass_;  // nextuse: per layer, passes since the last rescale
   double coverage_ = 0;         // share of the layer's experts the current request touches
+  // Prefetch precision per prediction rank (decayed counts), for ranked predictions.
+  static constexpr size_t kRanks = 32;
+  struct RankStats {
+    double issued = 0, used = 0;
+  };
+  std::array<RankStats, kRanks> rank_stats_{};
+  uint64_t prefetch_calls_ = 0;
   bool have_heat_ = false;
   bool preloading_ = false;
   std::vector<int> fds_;

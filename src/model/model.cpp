@@ -108,10 +108,16 @@ void Model::prefetch_next(ForwardContext& ctx, int il, const float* x) {
                       [&](int32_t a, int32_t b) { return l[a] > l[b]; });
     for (int k = 0; k < hp_.n_expert_used; ++k) chosen[order[k]] = 1;
   }
+  // One token: its top-k in rank order, so the store can weigh each rank by its measured
+  // precision. Several tokens: the union.
   std::vector<int32_t> ids;
-  for (int e = 0; e < n_exp; ++e)
-    if (chosen[e]) ids.push_back(e);
-  ctx.experts.prefetch(next, ids);
+  if (ctx.n_tok == 1) {
+    ids.assign(order.begin(), order.begin() + hp_.n_expert_used);
+  } else {
+    for (int e = 0; e < n_exp; ++e)
+      if (chosen[e]) ids.push_back(e);
+  }
+  ctx.experts.prefetch(next, ids, ctx.n_tok == 1);
 }
 
 std::vector<std::string> supported_architectures() {
