@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Summarises a bench/stream-sweep CSV: a table of decode and prefill t/s per model, limit, mode and
-cache size with the ratio to the mmap run of the same model and limit, plus an SVG plot of decode
+cache size with the ratio to the mmap run (and llama.cpp's run, when measured) of the same model
+and limit, plus an SVG plot of decode
 t/s against cache size (one line per policy, mmap as a dashed level). Plain SVG, no plotting
 library, so it runs wherever python3 does.
 
@@ -24,16 +25,22 @@ def table(rows, disk):
     for r in rows:
         if r["mode"] == "mmap":
             mmap[(r["label"], r["limit_gb"], kind(r["test"]))] = float(r["tps"])
-    hdr = f"{'model':<16} {'limit':>5} {'mode':<6} {'policy':<4} {'cache GB':>8} {'test':<6} {'t/s':>8} {'x mmap':>7} {'hit %':>6} {'MB/t':>7} {'MB/s':>6} {'peak GB':>7}"
+    llama = {}
+    for r in rows:
+        if r["mode"] == "llama.cpp":
+            llama[(r["label"], r["limit_gb"], kind(r["test"]))] = float(r["tps"])
+    hdr = f"{'model':<16} {'limit':>5} {'mode':<9} {'policy':<7} {'cache GB':>8} {'test':<6} {'t/s':>8} {'x mmap':>7} {'x llama':>7} {'hit %':>6} {'MB/t':>7} {'MB/s':>6} {'peak GB':>7}"
     if disk:
         hdr += f" {'bound':>6} {'of bound':>8}"
     print(hdr)
     for r in rows:
         tps = float(r["tps"])
         base = mmap.get((r["label"], r["limit_gb"], kind(r["test"])))
-        ratio = f"{tps / base:7.1f}" if base and r["mode"] != "mmap" else f"{'':>7}"
-        line = (f"{r['label']:<16} {r['limit_gb']:>5} {r['mode']:<6} {r['policy']:<4} {r['cache_gb']:>8} {r['test']:<6} "
-                f"{tps:8.2f} {ratio} {float(r['hit_rate']):6.1f} {float(r['mb_per_token']):7.1f} "
+        ratio = f"{tps / base:7.1f}" if base and r["mode"] == "stream" else f"{'':>7}"
+        lbase = llama.get((r["label"], r["limit_gb"], kind(r["test"])))
+        lratio = f"{tps / lbase:7.1f}" if lbase and r["mode"] == "stream" else f"{'':>7}"
+        line = (f"{r['label']:<16} {r['limit_gb']:>5} {r['mode']:<9} {r['policy']:<7} {r['cache_gb']:>8} {r['test']:<6} "
+                f"{tps:8.2f} {ratio} {lratio} {float(r['hit_rate']):6.1f} {float(r['mb_per_token']):7.1f} "
                 f"{float(r['read_mb_s']):6.1f} {float(r['peak_gb']):7.2f}")
         if disk and r["mode"] == "stream" and r["test"].startswith("tg") and float(r["mb_per_token"]) > 0:
             bound = disk / float(r["mb_per_token"])
@@ -49,7 +56,7 @@ def svg(rows, path):
             continue
         if r["mode"] == "mmap":
             levels[(r["label"], r["limit_gb"])] = float(r["tps"])
-        elif r["cache_gb"] not in ("auto", ""):
+        elif r["mode"] == "stream" and r["cache_gb"] not in ("auto", ""):
             series[(r["label"], r["limit_gb"], r["policy"])].append((float(r["cache_gb"]), float(r["tps"])))
     if not series:
         return
