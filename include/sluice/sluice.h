@@ -81,6 +81,9 @@ struct ModelInfo {
   std::string experts_detail;  // one line: reader, cache slots and size
   uint64_t resident_bytes = 0;  // non-routed weights
   uint64_t routed_bytes = 0;    // routed experts in the file
+  int n_ctx = 0;                // context of new sessions (the option capped at the training context)
+  uint64_t kv_bytes = 0;        // KV cache of one session at n_ctx (allocated as it fills)
+  uint64_t memlock_limit = 0;   // RLIMIT_MEMLOCK; 0: unlimited
 };
 
 struct ExpertStats {

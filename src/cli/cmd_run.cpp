@@ -39,6 +39,8 @@ int cmd_run(int argc, char** argv) {
              mi.n_layer, mi.n_expert, mi.n_expert_used, engine->load_seconds());
   fmt::print(stderr, "resident weights {:.1f} MB, routed experts {:.1f} MB; {}\n", mi.resident_bytes / 1e6,
              mi.routed_bytes / 1e6, mi.experts_detail);
+  fmt::print(stderr, "KV cache {:.1f} MB at {} tokens of context; lockable memory {}\n", mi.kv_bytes / 1e6, mi.n_ctx,
+             mi.memlock_limit ? fmt::format("{:.1f} MB", mi.memlock_limit / 1e6) : std::string("unlimited"));
   auto tokens = engine->tokenize(prompt, !no_bos);
   auto session = engine->new_session();
   std::fputs(prompt.c_str(), stdout);
@@ -49,6 +51,7 @@ int cmd_run(int argc, char** argv) {
     return true;
   });
   std::fputc('\n', stdout);
+  std::fflush(stdout);
   const int n_gen = static_cast<int>(r.tokens.size());
   fmt::print(stderr, "prefill: {} tokens in {:.3f} s ({:.2f} t/s); decode: {} tokens in {:.3f} s ({:.2f} t/s)\n",
              r.n_prompt, r.prefill_seconds, r.n_prompt / std::max(r.prefill_seconds, 1e-9), n_gen,

@@ -190,8 +190,19 @@ MemInfo read_meminfo_at(const std::string& root) {
       find_binding_limit(cg / "memory", *paths.v1, "memory.limit_in_bytes", "memory.usage_in_bytes", m))
     m.cgroup_version = 1;
 
+  // CAP_IPC_LOCK (bit 14 of the effective set, e.g. root) lifts RLIMIT_MEMLOCK for mlock.
+  bool cap_ipc_lock = false;
+  {
+    std::ifstream st("/proc/self/status");
+    std::string line;
+    while (std::getline(st, line))
+      if (line.rfind("CapEff:", 0) == 0) {
+        cap_ipc_lock = (std::stoull(line.substr(7), nullptr, 16) >> 14) & 1;
+        break;
+      }
+  }
   rlimit rl{};
-  if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+  if (!cap_ipc_lock && getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
     m.memlock_limit = static_cast<uint64_t>(rl.rlim_cur);
   return m;
 }

@@ -17,7 +17,7 @@ struct MemInfo {
   int cgroup_version = 0;                 // 1 or 2 when a memory limit was found, else 0
   std::optional<uint64_t> cgroup_limit;   // the binding limit; unset when unlimited
   std::optional<uint64_t> cgroup_usage;   // usage of the cgroup that holds that limit
-  std::optional<uint64_t> memlock_limit;  // soft RLIMIT_MEMLOCK; unset when unlimited
+  std::optional<uint64_t> memlock_limit;  // soft RLIMIT_MEMLOCK; unset when unlimited or CAP_IPC_LOCK lifts it
   std::optional<uint64_t> rss;            // VmRSS of this process
 
   // min(cgroup limit − cgroup usage, MemAvailable) over the fields that are known; nullopt when

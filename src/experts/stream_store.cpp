@@ -9,6 +9,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -59,11 +60,7 @@ class StreamStore final : public ExpertStore {
     const uint64_t total = static_cast<uint64_t>(map.n_layer) * map.n_expert;
     n_slots_ = static_cast<int>(std::min<uint64_t>(n, total));
     arena_ = AlignedBuffer(static_cast<size_t>(n_slots_) * slot_bytes_, kDirectAlign);
-    if (o.lock_memory && mlock(arena_.data(), arena_.size()) != 0)
-      SLUICE_LOG_WARN("experts: could not mlock the {} cache ({}); it may be swapped", format_bytes(arena_.size()),
-                      std::strerror(errno));
-    else
-      locked_ = o.lock_memory;
+    if (o.lock_memory) lock_arena(n_used);
     slots_.resize(n_slots_);
     key_slot_.assign(total, -1);
     heat_.assign(total, 0.0);
@@ -77,6 +74,33 @@ class StreamStore final : public ExpertStore {
     }
     load_heat();
     if (!o.cold) preload();
+  }
+
+  // mlock the slot arena so the cache is never swapped out. When the whole arena cannot be locked
+  // (RLIMIT_MEMLOCK without CAP_IPC_LOCK), shrink the cache to the slots that can be, as long as
+  // that still holds one token's experts of a layer; otherwise keep it whole and unlocked.
+  void lock_arena(int n_used) {
+    if (mlock(arena_.data(), arena_.size()) == 0) {
+      locked_ = true;
+      return;
+    }
+    const int err = errno;
+    rlimit rl{};
+    const uint64_t lockable = getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? rl.rlim_cur : 0;
+    const uint64_t n = lockable / slot_bytes_;
+    if (n >= static_cast<uint64_t>(n_used) && n < static_cast<uint64_t>(n_slots_) &&
+        mlock(arena_.data(), n * slot_bytes_) == 0) {
+      SLUICE_LOG_WARN("experts: only {} of memory can be locked (ulimit -l); the cache shrinks from {} to {} slots ({}). "
+                      "Raise the limit, or pass --no-mlock to keep the full cache unlocked",
+                      format_bytes(lockable), n_slots_, n, format_bytes(n * slot_bytes_));
+      munlock(arena_.data(), n * slot_bytes_);
+      n_slots_ = static_cast<int>(n);
+      arena_ = AlignedBuffer(static_cast<size_t>(n_slots_) * slot_bytes_, kDirectAlign);
+      locked_ = mlock(arena_.data(), arena_.size()) == 0;
+      return;
+    }
+    SLUICE_LOG_WARN("experts: could not mlock the {} cache ({}; lockable: {}); it stays unlocked and may be swapped",
+                    format_bytes(arena_.size()), std::strerror(err), lockable ? format_bytes(lockable) : "unknown");
   }
 
   ~StreamStore() override {

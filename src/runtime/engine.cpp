@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/meminfo.h"
 #include "core/timer.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
@@ -69,6 +70,9 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& o) {
   mi.experts_detail = impl->model->experts().describe() + "; " + plan.reason;
   mi.resident_bytes = plan.resident_bytes;
   mi.routed_bytes = plan.routed_bytes;
+  mi.n_ctx = impl->n_ctx;
+  mi.kv_bytes = kv_bytes;
+  mi.memlock_limit = read_meminfo().memlock_limit.value_or(0);
   impl->load_seconds = timer.seconds();
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
