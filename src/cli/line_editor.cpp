@@ -27,7 +27,8 @@ LineEditor::LineEditor(const char* program, std::string history_path) : history_
   el_set(el_, EL_SIGNAL, 1);  // restore the terminal on fatal signals and window changes
   // Edit mode without ISIG, so ^C arrives as a key bound to interrupt_fn.
   el_set(el_, EL_SETTY, "-d", "-isig", static_cast<char*>(nullptr));
-  el_set(el_, EL_ADDFN, "sluice-interrupt", "drop the line (Ctrl+C)", &LineEditor::interrupt_fn);
+  // The wide call: the narrow el_set(EL_ADDFN) copies both strings and never frees them.
+  el_wset(el_, EL_ADDFN, L"sluice-interrupt", L"drop the line (Ctrl+C)", &LineEditor::interrupt_fn);
   el_set(el_, EL_BIND, "^C", "sluice-interrupt", static_cast<char*>(nullptr));
   el_source(el_, nullptr);  // the user's ~/.editrc
 }
