@@ -171,6 +171,7 @@ struct Scheduler::Impl {
     s.handle = std::move(p.handle);  // last: if anything above throws, the caller still holds it
     std::lock_guard<std::mutex> lock(mutex);
     stats.reused_tokens += best;
+    publish_locked();
   }
 
   // Ends the active request of slot s and sends its final event.
@@ -187,22 +188,36 @@ struct Scheduler::Impl {
     done.kind = CompletionEvent::Kind::kDone;
     done.timed_out = timed_out;
     done.result = std::move(s.result);
-    s.handle->push(std::move(done));
-    s.handle.reset();
-    std::lock_guard<std::mutex> lock(mutex);
-    --in_system;
-    if (timed_out) ++stats.timed_out;
-    else if (reason == FinishReason::kCancelled) ++stats.cancelled;
-    else ++stats.completed;
+    std::shared_ptr<HandleState> handle = std::move(s.handle);  // the slot is idle from here
+    {
+      // Stats first: a client that sees the final event also sees it counted.
+      std::lock_guard<std::mutex> lock(mutex);
+      --in_system;
+      if (timed_out) ++stats.timed_out;
+      else if (reason == FinishReason::kCancelled) ++stats.cancelled;
+      else ++stats.completed;
+      publish_locked();
+    }
+    handle->push(std::move(done));
   }
 
   void fail_slot(Slot& s, const std::string& message) {
     release(s, true);
-    s.handle->push_error(message);
-    s.handle.reset();
-    std::lock_guard<std::mutex> lock(mutex);
-    --in_system;
-    ++stats.failed;
+    std::shared_ptr<HandleState> handle = std::move(s.handle);
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      --in_system;
+      ++stats.failed;
+      publish_locked();
+    }
+    handle->push_error(message);
+  }
+
+  // Gauges that follow the slots; the caller holds `mutex`.
+  void publish_locked() {
+    stats.active = static_cast<int>(std::count_if(slots.begin(), slots.end(), [](const Slot& s) { return s.handle != nullptr; }));
+    stats.kv_bytes = kv->allocated_bytes();
+    stats.queue_depth = static_cast<int>(queue.size());
   }
 
   // Keeps only the evaluated context (for prefix reuse), or frees the slot's KV blocks.
@@ -285,13 +300,15 @@ struct Scheduler::Impl {
     }
     for (auto& [list, timed_out] : {std::pair{&dropped_cancel, false}, std::pair{&dropped_timeout, true}})
       for (Pending& p : *list) {
+        {
+          std::lock_guard<std::mutex> lock(mutex);
+          ++(timed_out ? stats.timed_out : stats.cancelled);
+        }
         CompletionEvent done;
         done.kind = CompletionEvent::Kind::kDone;
         done.result.finish = FinishReason::kCancelled;
         done.timed_out = timed_out;
         p.handle->push(std::move(done));
-        std::lock_guard<std::mutex> lock(mutex);
-        ++(timed_out ? stats.timed_out : stats.cancelled);
       }
   }
 
@@ -372,9 +389,7 @@ struct Scheduler::Impl {
           if (s.handle) fail_slot(s, e.what());
       }
       std::lock_guard<std::mutex> lock(mutex);
-      stats.kv_bytes = kv->allocated_bytes();
-      stats.queue_depth = static_cast<int>(queue.size());
-      stats.active = static_cast<int>(std::count_if(slots.begin(), slots.end(), [](const Slot& s) { return s.handle != nullptr; }));
+      publish_locked();
     }
     for (Slot& s : slots)
       if (s.handle) fail_slot(s, "the server is shutting down");
