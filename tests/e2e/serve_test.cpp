@@ -20,7 +20,7 @@
 #include <filesystem>
 #include <future>
 #include <memory>
-#include <regex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -125,10 +125,10 @@ class Server {
     }
     close(out[1]);
     std::string text;
-    const std::regex re("listening on http://127\\.0\\.0\\.1:(\\d+)");
-    std::smatch m;
+    const std::string marker = "listening on http://127.0.0.1:";
+    auto listening = [&] { return text.find('\n', text.find(marker)) != std::string::npos && text.find(marker) != std::string::npos; };
     const auto until = std::chrono::steady_clock::now() + 60s;
-    while (!std::regex_search(text, m, re) && std::chrono::steady_clock::now() < until) {
+    while (!listening() && std::chrono::steady_clock::now() < until) {
       pollfd p{out[0], POLLIN, 0};
       if (poll(&p, 1, 200) <= 0) continue;
       char buf[256];
@@ -137,7 +137,7 @@ class Server {
       text.append(buf, n);
     }
     close(out[0]);
-    if (std::regex_search(text, m, re)) port_ = std::stoi(m[1]);
+    if (listening()) port_ = std::atoi(text.c_str() + text.find(marker) + marker.size());
     while (port_ > 0 && std::chrono::steady_clock::now() < until && http(port_, "GET", "/health").status != 200)
       std::this_thread::sleep_for(50ms);
   }
@@ -160,9 +160,13 @@ class Server {
 json metrics(int port) {
   json m = json::object();
   const std::string text = http(port, "GET", "/metrics").body;
-  std::regex line("^(sluice_[a-z_]+) ([0-9.e+-]+)$", std::regex::multiline);
-  for (auto it = std::sregex_iterator(text.begin(), text.end(), line); it != std::sregex_iterator(); ++it)
-    m[(*it)[1].str()] = std::stod((*it)[2].str());
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t sp = line.find(' ');
+    if (line.rfind("sluice_", 0) == 0 && sp != std::string::npos && line.find('{') == std::string::npos)
+      m[line.substr(0, sp)] = std::stod(line.substr(sp + 1));
+  }
   return m;
 }
 
@@ -320,9 +324,11 @@ TEST_F(ServeRobustness, AnthropicMessagesShapeAndStreamEvents) {
   const Http s = http(port(), "POST", "/v1/messages", sj.dump());
   ASSERT_EQ(s.status, 200);
   std::string text;
-  std::regex delta(R"(event: content_block_delta\ndata: (.*)\n)");
-  for (auto it = std::sregex_iterator(s.body.begin(), s.body.end(), delta); it != std::sregex_iterator(); ++it)
-    text += json::parse((*it)[1].str())["delta"]["text"].get<std::string>();
+  const std::string delta = "event: content_block_delta\ndata: ";
+  for (size_t at = s.body.find(delta); at != std::string::npos; at = s.body.find(delta, at + 1)) {
+    const size_t from = at + delta.size();
+    text += json::parse(s.body.substr(from, s.body.find('\n', from) - from))["delta"]["text"].get<std::string>();
+  }
   EXPECT_EQ(text, j["content"][0]["text"]);
   size_t at = 0;
   for (const char* ev : {"message_start", "content_block_start", "content_block_delta", "content_block_stop", "message_delta", "message_stop"}) {
