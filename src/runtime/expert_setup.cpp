@@ -77,6 +77,13 @@ ExpertFileMap file_map(const gguf::File& f, const Model& m) {
   return map;
 }
 
+// Multi-token-prediction layers (GLM's nextn) follow the model's layers in the file; the forward
+// pass never reads them, so they are neither resident nor streamed and cost no memory.
+bool unused_mtp(const std::string& name, const Model& m) {
+  const std::optional<int> layer = layer_of(name);
+  return layer && *layer >= m.hparams().n_layer;
+}
+
 uint64_t routed_bytes_of(const Model& m) {
   const ExpertLayout& L = m.expert_layout();
   uint64_t b = 0;
@@ -111,7 +118,8 @@ std::string heat_profile_path(const std::string& model_path, uint64_t file_size)
 ExpertPlan plan_experts(const gguf::File& file, const Model& model, const EngineOptions& o, uint64_t kv_bytes) {
   ExpertPlan p;
   p.routed_bytes = routed_bytes_of(model);
-  p.resident_bytes = file.total_size() > p.routed_bytes ? file.total_size() - p.routed_bytes : 0;
+  for (const auto& t : file.tensors())
+    if (!unused_mtp(t.name, model) && classify_tensor(t.name) != TensorClass::RoutedExpert) p.resident_bytes += t.nbytes;
   uint64_t budget = o.mem_limit;
   std::string source = "--mem-limit";
   // A hard limit (--mem-limit, or a cgroup limit that binds before MemAvailable does) is ours to
@@ -157,7 +165,8 @@ std::unique_ptr<ExpertStore> make_expert_store(const gguf::File& file, const Mod
   // Resident weights are read on every token: fault them in now rather than during the first
   // tokens (and, in ram mode, the routed experts too — that is what ram means).
   for (const auto& t : file.tensors())
-    if (plan.mode == "ram" || classify_tensor(t.name) != TensorClass::RoutedExpert) populate(t.data, t.nbytes);
+    if (!unused_mtp(t.name, model) && (plan.mode == "ram" || classify_tensor(t.name) != TensorClass::RoutedExpert))
+      populate(t.data, t.nbytes);
   if (plan.mode == "ram" || plan.mode == "mmap") return make_in_place_store(model.expert_layout(), plan.mode);
   StreamOptions so;
   so.cache_bytes = plan.cache_bytes;
