@@ -1,7 +1,8 @@
 // Expert placement: routed experts (ffn_*_exps and the legacy per-expert tensors) are the only
 // tensors that may stay on disk; everything else is resident. In auto mode the model runs in RAM
 // when resident + routed + KV fit the usable budget, streamed otherwise with a cache of the
-// usable budget minus resident weights, KV and a 256 MiB margin for activations and buffers. The
+// usable budget minus resident weights, KV and a margin for activations and buffers (256 MiB, or
+// an eighth of a small budget). The
 // usable budget is 95 % of a hard limit (--mem-limit, a binding cgroup limit) and 80 % of
 // MemAvailable, which other processes share.
 #include "runtime/expert_setup.h"
@@ -26,7 +27,8 @@ namespace sluice {
 
 namespace {
 
-constexpr uint64_t kMargin = 256ull << 20;
+// Activations, logits, I/O rings and allocator slack: 256 MiB, or an eighth of a small budget.
+uint64_t margin_for(uint64_t budget) { return std::min<uint64_t>(256ull << 20, budget / 8); }
 
 #ifndef MADV_POPULATE_READ
 #define MADV_POPULATE_READ 22  // Linux 5.14
@@ -135,22 +137,23 @@ ExpertPlan plan_experts(const gguf::File& file, const Model& model, const Engine
     if (!cgroup_binds) usable_percent = 80;
   }
   const uint64_t usable = budget / 100 * usable_percent;
+  const uint64_t margin = margin_for(budget);
   p.mode = o.experts;
   if (p.routed_bytes == 0 && p.mode == "stream") p.mode = "ram";
   if (p.mode == "auto") {
     if (o.cache_bytes > 0) p.mode = "stream";
-    else p.mode = (p.routed_bytes == 0 || p.resident_bytes + p.routed_bytes + kv_bytes + kMargin <= usable) ? "ram" : "stream";
+    else p.mode = (p.routed_bytes == 0 || p.resident_bytes + p.routed_bytes + kv_bytes + margin <= usable) ? "ram" : "stream";
   }
   if (p.mode == "stream") {
     if (o.cache_bytes > 0) {
       p.cache_bytes = o.cache_bytes;
       p.reason = "cache size set by --ssd-streaming-cache-experts";
     } else {
-      const uint64_t fixed = p.resident_bytes + kv_bytes + kMargin;
+      const uint64_t fixed = p.resident_bytes + kv_bytes + margin;
       if (usable <= fixed)
         fail("the memory budget ({} from {}) leaves no room for an expert cache after {} of resident weights, {} of KV "
              "cache and a {} margin; set --ssd-streaming-cache-experts or free memory",
-             format_bytes(budget), source, format_bytes(p.resident_bytes), format_bytes(kv_bytes), format_bytes(kMargin));
+             format_bytes(budget), source, format_bytes(p.resident_bytes), format_bytes(kv_bytes), format_bytes(margin));
       p.cache_bytes = std::min<uint64_t>(usable - fixed, p.routed_bytes + (64ull << 20));
       p.reason = fmt::format("{} % of {} ({}) minus resident weights, KV and margin", usable_percent, source, format_bytes(budget));
     }

@@ -55,7 +55,7 @@ struct CgroupCase {
   const char* name;
   const char* gen_args;  // gen-model flags (preset, cut, dims); mostly routed experts
   uint64_t limit;        // cgroup memory limit, under 2/3 of the file
-  const char* cache;     // --ssd-streaming-cache-experts
+  const char* cache;     // --ssd-streaming-cache-experts, or "auto": no flags, the engine decides
 };
 
 class StreamCgroup : public ::testing::TestWithParam<CgroupCase> {};
@@ -84,8 +84,11 @@ TEST_P(StreamCgroup, LogitsEqualInRamAndPeakWithinLimit) {
   drop_from_page_cache(model);
   std::ofstream(cg / "memory.limit_in_bytes") << c.limit;
   const std::string stream_json = (dir / "stream.json").string(), ram_json = (dir / "ram.json").string();
-  const std::string inner =
-      bin + args + " --experts stream --ssd-streaming-cache-experts " + c.cache + " -o " + stream_json;
+  // "auto": no mode or cache flags — the engine must see the cgroup limit, choose streaming and
+  // size the cache to fit under it by itself.
+  const bool automatic = std::string(c.cache) == "auto";
+  const std::string flags = automatic ? "" : std::string(" --experts stream --ssd-streaming-cache-experts ") + c.cache;
+  const std::string inner = bin + args + flags + " -o " + stream_json;
   Result b = sh("sh -c 'echo $$ > " + (cg / "cgroup.procs").string() + " && exec " + inner + "'");
   const uint64_t peak = std::stoull(read_file(cg / "memory.max_usage_in_bytes"));
   std::printf("[%s] model %.1f MB, cgroup limit %.1f MB, peak usage %.1f MB\n", c.name, size / 1e6, c.limit / 1e6,
@@ -93,6 +96,7 @@ TEST_P(StreamCgroup, LogitsEqualInRamAndPeakWithinLimit) {
   fs::remove(cg, ec);
   ASSERT_EQ(b.status, 0) << b.out;
   EXPECT_LE(peak, c.limit);
+  if (automatic) EXPECT_NE(b.out.find("experts: preloaded"), std::string::npos) << "auto mode did not stream: " << b.out;
 
   Result a = sh(bin + args + " --experts ram -o " + ram_json);
   ASSERT_EQ(a.status, 0) << a.out;
@@ -115,6 +119,10 @@ INSTANTIATE_TEST_SUITE_P(
                    "--preset qwen3-30b-a3b --layers 4 --experts 32 --experts-used 8 --embd 1024 --ff-exp 1024 "
                    "--heads 8 --kv-heads 2 --head-dim 128",
                    96ull << 20, "40MB"},
+        CgroupCase{"qwen3moe_auto_budget",
+                   "--preset qwen3-30b-a3b --layers 4 --experts 32 --experts-used 8 --embd 1024 --ff-exp 1024 "
+                   "--heads 8 --kv-heads 2 --head-dim 128",
+                   96ull << 20, "auto"},
         CgroupCase{"deepseek_v3",
                    "--preset deepseek-v3 --layers 4 --leading-dense 1 --experts 64 --embd 1024 --ff 2048 --ff-exp 1024 "
                    "--heads 8",
