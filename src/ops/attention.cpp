@@ -1,16 +1,21 @@
 // Attention: one (token, head) pair per work item; scores live in a per-thread buffer sized to
 // the context. fp32 throughout with max-subtracted softmax, as the reference engine computes it.
+// q·k goes through the dispatched F32 dot kernel (AVX2 with a scalar twin): a prefill of n tokens
+// does n²/2 of them per head, which a plain scalar loop makes the cost of long prompts.
 #include "ops/attention.h"
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "quant/dispatch.h"
+
 namespace sluice {
 
 void attention(ThreadPool& pool, const AttentionParams& p, const KvCache& kv, int layer,
                const float* q, const int32_t* seq, const int32_t* pos, int64_t n_tok, float* out) {
   const int group = p.n_head / p.n_head_kv;
+  const VecDotFn dot_f32 = dot_kernels(GgmlType::F32).vec_dot;
   const int64_t items = n_tok * p.n_head;
   pool.parallel_for(items, [&](int64_t begin, int64_t end) {
     thread_local std::vector<float> scores;
@@ -27,9 +32,7 @@ void attention(ThreadPool& pool, const AttentionParams& p, const KvCache& kv, in
       float mx = -INFINITY;
       for (int32_t k = first; k <= last; ++k) {
         const float* kr = kv.k(seq[t], layer, k) + kvh * p.head_dim_k;
-        float dot = 0.0f;
-        for (int d = 0; d < p.head_dim_k; ++d) dot += qh[d] * kr[d];
-        dot *= p.scale;
+        const float dot = dot_f32(p.head_dim_k, kr, qh) * p.scale;
         scores[k - first] = dot;
         mx = std::max(mx, dot);
       }
