@@ -70,7 +70,7 @@ def svg(rows, path):
     colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"]
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">',
            f'<rect width="{W}" height="{H}" fill="white"/>',
-           f'<text x="{L}" y="18" font-size="14">decode tokens/s vs expert cache size (stream policies; dashed: mmap)</text>',
+           f'<text x="{L}" y="18" font-size="14">decode tokens/s vs expert cache size (nextuse solid, lfu dashed, lru dotted; long dashes: mmap)</text>',
            f'<line x1="{L}" y1="{H-B}" x2="{W-R}" y2="{H-B}" stroke="black"/>',
            f'<line x1="{L}" y1="{T}" x2="{L}" y2="{H-B}" stroke="black"/>',
            f'<text x="{(L+W-R)/2}" y="{H-12}" text-anchor="middle">expert cache (GB)</text>',
@@ -87,7 +87,7 @@ def svg(rows, path):
         color = colors[gi % len(colors)]
         for key in sorted(k for k in series if (k[0], k[1]) == g):
             pts = sorted(series[key])
-            dash = "" if key[2] == "lfu" else ' stroke-dasharray="2,3"'
+            dash = {"nextuse": "", "lfu": ' stroke-dasharray="6,3"'}.get(key[2], ' stroke-dasharray="2,3"')
             poly = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in pts)
             out.append(f'<polyline points="{poly}" fill="none" stroke="{color}" stroke-width="2"{dash}/>')
             for x, y in pts:

@@ -26,7 +26,7 @@ struct EngineOptions {
   std::string experts = "auto";  // auto | ram | mmap | stream
   uint64_t cache_bytes = 0;      // expert cache for stream mode; 0: sized from the memory budget
   uint64_t mem_limit = 0;        // memory budget; 0: detected (cgroup limit, MemAvailable)
-  std::string cache_policy = "lfu";  // lru | lfu | nextuse
+  std::string cache_policy = "nextuse";  // lru | lfu | nextuse (best in bench/stream-sweep)
   bool cold = false;             // no warm-start preload of the expert cache
   int64_t preload_experts = -1;  // most experts to preload (−1: fill the cache)
   bool prefetch = true;          // router-lookahead prefetch of the next layer's experts

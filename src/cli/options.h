@@ -17,7 +17,7 @@ struct ModelFlags {
   std::string experts = "auto";
   std::string cache_size;   // --ssd-streaming-cache-experts
   std::string mem_limit;    // --mem-limit
-  std::string policy = "lfu";
+  std::string policy = "nextuse";
   bool streaming = false, cold = false, no_prefetch = false, no_mlock = false, debug = false;
   int64_t preload = -1;
 };

@@ -38,7 +38,7 @@ EvictionPolicy parse_policy(const std::string& name);
 
 struct StreamOptions {
   uint64_t cache_bytes = 0;
-  EvictionPolicy policy = EvictionPolicy::kLfu;
+  EvictionPolicy policy = EvictionPolicy::kNextUse;
   bool cold = false;              // skip the warm-start preload
   int64_t preload_limit = -1;     // most experts to preload (−1: fill the cache)
   std::string heat_path;          // heat profile file ("" disables persistence)
