@@ -98,6 +98,18 @@ bool find_binding_limit(const std::filesystem::path& mount, const std::string& r
   return found;
 }
 
+// CAP_IPC_LOCK (bit 14 of the effective set, e.g. root) lifts RLIMIT_MEMLOCK for mlock.
+bool status_has_cap_ipc_lock(std::string_view proc_self_status) {
+  bool has = false;
+  for_each_line(proc_self_status, [&](std::string_view line) {
+    if (!line.starts_with("CapEff:")) return;
+    const std::string_view hex = trim(line.substr(7));
+    uint64_t caps = 0;
+    if (std::from_chars(hex.data(), hex.data() + hex.size(), caps, 16).ec == std::errc()) has = (caps >> 14) & 1;
+  });
+  return has;
+}
+
 }  // namespace
 
 std::optional<uint64_t> MemInfo::available_bytes() const {
@@ -170,7 +182,11 @@ MemInfo read_meminfo_at(const std::string& root) {
   MemInfo m;
   const fs::path base = root.empty() ? fs::path("/") : fs::path(root);
   if (auto t = slurp(base / "proc/meminfo")) parse_proc_meminfo(*t, m);
-  if (auto t = slurp(base / "proc/self/status")) m.rss = parse_status_rss(*t);
+  bool cap_ipc_lock = false;
+  if (auto t = slurp(base / "proc/self/status")) {
+    m.rss = parse_status_rss(*t);
+    cap_ipc_lock = status_has_cap_ipc_lock(*t);
+  }
 
   CgroupPaths paths;
   if (auto t = slurp(base / "proc/self/cgroup")) paths = parse_proc_self_cgroup(*t);
@@ -190,17 +206,6 @@ MemInfo read_meminfo_at(const std::string& root) {
       find_binding_limit(cg / "memory", *paths.v1, "memory.limit_in_bytes", "memory.usage_in_bytes", m))
     m.cgroup_version = 1;
 
-  // CAP_IPC_LOCK (bit 14 of the effective set, e.g. root) lifts RLIMIT_MEMLOCK for mlock.
-  bool cap_ipc_lock = false;
-  {
-    std::ifstream st("/proc/self/status");
-    std::string line;
-    while (std::getline(st, line))
-      if (line.rfind("CapEff:", 0) == 0) {
-        cap_ipc_lock = (std::stoull(line.substr(7), nullptr, 16) >> 14) & 1;
-        break;
-      }
-  }
   rlimit rl{};
   if (!cap_ipc_lock && getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
     m.memlock_limit = static_cast<uint64_t>(rl.rlim_cur);

@@ -292,6 +292,12 @@ void ModelBuilder::router(int il, bool with_bias) {
   if (with_bias) weight(blk(il, "ffn_gate_inp.bias"), GgmlType::F32, {s.n_expert}, 0.1);
 }
 
+void ModelBuilder::sigmoid_moe(int il) {
+  router(il, /*with_bias=*/false);
+  selection_bias(il);
+  experts(il, /*with_biases=*/false);
+}
+
 void ModelBuilder::selection_bias(int il) { constant(blk(il, "exp_probs_b.bias"), {spec_.n_expert}, 0.0f); }
 
 void ModelBuilder::experts(int il, bool with_biases) {

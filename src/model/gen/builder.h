@@ -68,6 +68,8 @@ class ModelBuilder {
   void dense_ffn(int il);
   // router() and experts() without biases.
   void moe(int il);
+  // moe() with the selection bias of sigmoid routers (deepseek2, glm4moe) between them.
+  void sigmoid_moe(int il);
   // ffn_gate_inp (F32, Zipf-scaled rows); with_bias adds ffn_gate_inp.bias (gpt-oss).
   void router(int il, bool with_bias);
   // exp_probs_b.bias: the sigmoid routers' selection bias, zero (no correction learned yet), so

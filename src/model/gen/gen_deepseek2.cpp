@@ -78,9 +78,7 @@ void gen_deepseek2(ModelBuilder& b) {
       b.dense_ffn(il);
       continue;
     }
-    b.router(il, /*with_bias=*/false);
-    b.selection_bias(il);
-    b.experts(il, /*with_biases=*/false);
+    b.sigmoid_moe(il);
     if (s.n_expert_shared > 0) b.shared_expert(il);
   }
 }

@@ -36,9 +36,7 @@ void gen_glm4moe(ModelBuilder& b) {
       b.dense_ffn(il);
       continue;
     }
-    b.router(il, /*with_bias=*/false);
-    b.selection_bias(il);
-    b.experts(il, /*with_biases=*/false);
+    b.sigmoid_moe(il);
     b.shared_expert(il);
     if (il < s.n_layer) continue;
     // The MTP head: [embedding; hidden] (2·n_embd) projected back to n_embd, and its norms.
