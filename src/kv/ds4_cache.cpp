@@ -75,16 +75,19 @@ void Ds4KvCache::reserve(int seq, int n) {
 
 int Ds4KvCache::length(int seq) const {
   const Seq* s = find(seq);
-  return s ? s->length : 0;
+  return s && !s->in_flight ? s->length : 0;
 }
 
 void Ds4KvCache::set_length(int seq, int n) {
   reserve(seq, n);
-  seq_ref(seq).length = n;
+  Seq& s = seq_ref(seq);
+  s.length = n;
+  s.in_flight = false;
 }
 
 void Ds4KvCache::truncate(int seq, int n) {
   Seq* s = find(seq);
+  if (s && s->in_flight) s->length = 0, s->in_flight = false;
   if (!s || n >= s->length) return;
   // The rings hold the last window_slots raw keys and state_slots compressor rows, so dropping at
   // most kRollback positions leaves everything position n needs; otherwise start over.
@@ -98,8 +101,9 @@ void Ds4KvCache::remove(int seq) {
 void Ds4KvCache::copy_prefix(int src, int dst, int n) {
   if (n > length(src)) fail("internal: prefix of {} positions exceeds source length {}", n, length(src));
   if (src == dst) return truncate(dst, n);
-  const Seq& from = *find(src);
   remove(dst);
+  if (n <= 0) return;
+  const Seq& from = *find(src);
   Seq& to = seq_ref(dst);
   reserve(dst, from.length);
   for (size_t il = 0; il < shape_.ratio.size(); ++il) {

@@ -9,7 +9,8 @@
 //                    state (4·Id floats per position) in the same kind of ring.
 // Rings cannot be rewound arbitrarily: truncate() keeps the prefix when at most kRollback
 // positions are dropped (enough for "re-run the last token") and otherwise empties the sequence;
-// callers continue from length().
+// callers continue from length(). A forward step that fails half way has overwritten ring rows,
+// so a step in flight (begin_step, ended by set_length) counts as an empty sequence.
 #pragma once
 
 #include <cstdint>
@@ -53,6 +54,9 @@ class Ds4KvCache final : public KvCache {
   uint64_t allocated_bytes() const override;
   uint64_t bytes_for(int n) const override { return shape_.fixed_bytes() + bytes_per_position() * static_cast<uint64_t>(n); }
 
+  // Marks the sequence as being advanced by a forward step (the model calls it before any write).
+  void begin_step(int seq) { seq_ref(seq).in_flight = true; }
+
   // Rows of sequence `seq` in layer `il` (the sequence must have been reserved).
   float* window_row(int seq, int il, int pos);       // (D) ring slot of position pos
   float* state_row(int seq, int il, int pos);        // (2·c·D) compressor kv then score
@@ -67,6 +71,7 @@ class Ds4KvCache final : public KvCache {
   };
   struct Seq {
     int length = 0;
+    bool in_flight = false;  // rings written past `length` by a step that has not finished
     std::vector<Layer> layers;
   };
   Seq& seq_ref(int seq);

@@ -121,6 +121,12 @@ TEST_F(Deepseek4, CacheKeepsShortRewindsAndRestartsLongOnes) {
   EXPECT_EQ(kv->length(0), 200 - Ds4CacheShape::kRollback);
   kv->truncate(0, 100);
   EXPECT_EQ(kv->length(0), 0);  // the rings no longer hold what position 100 needs
+  // A step that starts writing and never finishes (an exception mid-forward) leaves nothing usable.
+  run(*l.model, pool, *kv, toks, 200);
+  static_cast<Ds4KvCache&>(*kv).begin_step(0);
+  EXPECT_EQ(kv->length(0), 0);
+  kv->truncate(0, 150);
+  EXPECT_EQ(kv->length(0), 0);
 }
 
 TEST_F(Deepseek4, SessionContinuingOrRewindingMatchesFreshEvaluation) {

@@ -161,7 +161,8 @@ class DeepSeek4 final : public Model {
   int residual_streams() const override { return hc_.n_streams; }
 
   void begin_forward(ForwardContext& ctx) override {
-    if (!dynamic_cast<Ds4KvCache*>(&ctx.kv)) fail("internal: deepseek4 needs its own KV cache (Model::make_kv_cache)");
+    auto* kv = dynamic_cast<Ds4KvCache*>(&ctx.kv);
+    if (!kv) fail("internal: deepseek4 needs its own KV cache (Model::make_kv_cache)");
     std::vector<int> seen;
     for (int64_t t = 0; t < ctx.n_tok; ++t) {
       const int s = ctx.batch.seq[t];
@@ -170,6 +171,7 @@ class DeepSeek4 final : public Model {
       if (ctx.batch.pos[t] != ctx.kv.length(s))
         fail("deepseek4: sequence {} continues at position {} but its cache holds {} positions", s, ctx.batch.pos[t], ctx.kv.length(s));
     }
+    for (int s : seen) kv->begin_step(s);
     // Hash layers know their experts from the token ids: ask the store for them before any layer.
     const int K = hp_.n_expert_used;
     for (int il = 0; il < n_hash_; ++il) {
