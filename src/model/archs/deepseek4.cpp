@@ -45,6 +45,12 @@ class DeepSeek4 final : public Model {
  public:
   explicit DeepSeek4(const gguf::File& f) : Model(read_hparams(f)) {
     const std::string a = hp_.arch + ".";
+    // An MTP block (its own nextn.* tensors), when a file counts it in block_count, is not a layer
+    // of the main model.
+    const int64_t n_mtp = f.get_int_or(a + "nextn_predict_layers", 0);
+    if (n_mtp < 0 || n_mtp >= hp_.n_layer) fail("metadata key '{}nextn_predict_layers' is {}, expected 0..{}", a, n_mtp, hp_.n_layer - 1);
+    if (n_mtp > 0 && f.find_tensor(WeightLoader::layer_name(hp_.n_layer - 1, "nextn.eh_proj.weight")))
+      hp_.n_layer -= static_cast<int>(n_mtp);
     const int L = hp_.n_layer;
     const int64_t d = hp_.n_embd;
     H_ = hp_.n_head[0];
@@ -85,6 +91,7 @@ class DeepSeek4 final : public Model {
     }
 
     if (hp_.n_expert <= 0 || hp_.n_ff_exp <= 0) fail("deepseek4: needs {}expert_count and {}expert_feed_forward_length", a, a);
+    if (!f.has(a + "expert_gating_func")) hp_.gating = GatingFunc::kSqrtSoftplus;
     if (hp_.gating != GatingFunc::kSqrtSoftplus) fail("metadata key '{}expert_gating_func' must be 4 (sqrt(softplus))", a);
     n_hash_ = static_cast<int>(f.get_int_or(a + "hash_layer_count", 0));
     if (n_hash_ < 0 || n_hash_ > L) fail("metadata key '{}hash_layer_count' is {}, expected 0..{}", a, n_hash_, L);
