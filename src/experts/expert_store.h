@@ -52,6 +52,8 @@ struct ExpertStoreStats {
   double stall_seconds = 0;   // time the forward pass waited for reads
   uint64_t prefetch_issued = 0;
   uint64_t prefetch_used = 0;  // prefetched experts later requested
+  uint64_t certain_issued = 0; // of prefetch_issued: certain predictions (hash-routed layers)
+  uint64_t certain_used = 0;   // of prefetch_used: certain predictions
 };
 
 class ExpertStore {

@@ -13,8 +13,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/thread_pool.h"
 #include "gguf/gguf.h"
 #include "model/gen/gen_model.h"
+#include "model/model.h"
 #include "sampling/sampler.h"
 #include "sluice/sluice.h"
 
@@ -179,3 +181,54 @@ TEST(StreamPolicy, NextUseBeatsLruOnPrefillSweeps) {
   EXPECT_EQ(lru.requests, next.requests);
   EXPECT_LT(next.bytes_read * 10, lru.bytes_read * 9) << "nextuse should read at least 10 % less than lru";
 }
+
+// Passes every call to a real store and checks the order of the calls: a lookahead prefetch for
+// layer p must come while layer p−1's request is open (begun, its experts pinned, not ended).
+// Issued before begin(p−1), its reads could evict under LRU or LFU an expert layer p−1 is about
+// to use.
+class OrderCheckingStore final : public ExpertStore {
+ public:
+  explicit OrderCheckingStore(std::unique_ptr<ExpertStore> inner) : inner_(std::move(inner)) {}
+  void begin(int il, std::span<const int32_t> ids) override {
+    open_ = il;
+    inner_->begin(il, ids);
+  }
+  bool next(int* index, ExpertWeights* w) override { return inner_->next(index, w); }
+  void end() override {
+    open_ = -1;
+    inner_->end();
+  }
+  void prefetch(int il, std::span<const int32_t> ids, bool ranked) override {
+    ++prefetches;
+    if (open_ != il - 1) ++out_of_order;
+    inner_->prefetch(il, ids, ranked);
+  }
+  std::string describe() const override { return inner_->describe(); }
+  int prefetches = 0, out_of_order = 0;
+
+ private:
+  std::unique_ptr<ExpertStore> inner_;
+  int open_ = -1;
+};
+
+TEST(StreamOrder, LookaheadIsIssuedAfterTheCurrentLayerIsPinned) {
+  const fs::path model = fs::path(SLUICE_TESTDATA) / "reference" / "qwen3moe-f32.gguf";
+  ASSERT_TRUE(fs::exists(model)) << model << " is missing";
+  auto file = gguf::File::open(model.string());
+  auto m = load_model(*file);
+  auto store = std::make_unique<OrderCheckingStore>(make_in_place_store(m->expert_layout(), "ram"));
+  OrderCheckingStore& spy = *store;
+  m->set_expert_store(std::move(store));
+  m->set_prefetch(true);
+  ThreadPool pool(1);
+  auto kv = m->make_kv_cache(16);
+  std::vector<float> logits;
+  Batch prefill, decode;
+  for (int i = 0; i < 5; ++i) prefill.add(3 + 7 * i, i, 0, i == 4);
+  m->forward(pool, prefill, *kv, logits);
+  decode.add(11, 5, 0, true);
+  m->forward(pool, decode, *kv, logits);
+  EXPECT_EQ(spy.prefetches, 2 * (m->hparams().n_layer - 1));
+  EXPECT_EQ(spy.out_of_order, 0) << "of " << spy.prefetches << " lookahead prefetches";
+}
+
