@@ -54,6 +54,16 @@ struct ExpertStoreStats {
   uint64_t prefetch_used = 0;  // prefetched experts later requested
   uint64_t certain_issued = 0; // of prefetch_issued: certain predictions (hash-routed layers)
   uint64_t certain_used = 0;   // of prefetch_used: certain predictions
+  uint64_t cache_bytes = 0;    // memory the store reads experts into (stream: the slot arena)
+};
+
+// What a prefetch knows about the experts it names.
+enum class PrefetchHint : uint8_t {
+  kRanked,   // one token's prediction, most likely first: the store may keep only the ranks whose
+             // measured precision pays for their reads
+  kSet,      // an unordered set of probable experts (several tokens' predictions)
+  kCertain,  // known to be needed (hash-routed layers pick experts by token id): read whatever
+             // the precision, and kept from eviction until the layer runs
 };
 
 class ExpertStore {
@@ -66,10 +76,9 @@ class ExpertStore {
   virtual bool next(int* index, ExpertWeights* w) = 0;
   // The layer's experts are no longer used by the caller.
   virtual void end() = 0;
-  // Experts layer `il` will probably need soon; a store may start reading them. `ranked`: the
-  // ids are one token's prediction, most likely first (the store may keep only the ranks whose
-  // measured precision pays for their reads); otherwise an unordered set.
-  virtual void prefetch(int il, std::span<const int32_t> ids, bool ranked) {}
+  // Experts layer `il` will probably (or, kCertain, surely) need soon; a store may start reading
+  // them.
+  virtual void prefetch(int il, std::span<const int32_t> ids, PrefetchHint hint) {}
   virtual ExpertStoreStats stats() const { return {}; }
   virtual std::string describe() const = 0;
 };

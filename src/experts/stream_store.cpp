@@ -3,8 +3,9 @@
 //
 // Slot life cycle: Empty → Loading (reads in flight) → Ready → (evicted) Empty. A slot is pinned
 // while the current layer request still needs it (requested, not yet consumed); pinned and Loading
-// slots are never evicted, nor are slots a certain prefetch reserved, except by a demand read
-// that finds nothing else. Experts handed out by next() stay valid until the following next() or
+// slots are never evicted, nor are slots a certain prefetch reserved until their layer runs; at
+// most all but n_used slots of a size class are reserved, so demand reads always find a slot
+// that will free up. Experts handed out by next() stay valid until the following next() or
 // end(), so a cache smaller than one layer's set of experts still works: freed slots are refilled
 // with the experts still waiting.
 #include "experts/stream_store.h"
@@ -34,7 +35,7 @@ enum class RequestState : uint8_t { kWaiting, kReady, kHanded };
 class StreamStore final : public ExpertStore {
  public:
   StreamStore(const ExpertLayout& layout, const ExpertFileMap& map, const StreamOptions& o, int n_used)
-      : layout_(layout), map_(map), o_(o), reader_(make_ssd_reader(256)),
+      : layout_(layout), map_(map), o_(o), n_used_(n_used), reader_(make_ssd_reader(256)),
         arena_(map_, o.cache_bytes, n_used, o.lock_memory),
         evictor_(make_evictor(o.policy, map.n_layer, map.n_expert, arena_.n_slots())),
         heat_(o.heat_path, map.n_layer, map.n_expert) {
@@ -43,6 +44,7 @@ class StreamStore final : public ExpertStore {
       fds_.push_back(open_for_streaming(p, &direct));
       direct_.push_back(direct);
     }
+    stats_.cache_bytes = arena_.bytes();
     if (!o.cold) preload();
   }
 
@@ -118,8 +120,10 @@ class StreamStore final : public ExpertStore {
     deferred_.clear();
   }
 
-  void prefetch(int il, std::span<const int32_t> ids, bool ranked) override {
-    prefetch_keys(il, ids, ranked ? SlotOrigin::kRanked : SlotOrigin::kSet);
+  void prefetch(int il, std::span<const int32_t> ids, PrefetchHint hint) override {
+    prefetch_keys(il, ids, hint == PrefetchHint::kRanked ? SlotOrigin::kRanked
+                           : hint == PrefetchHint::kSet  ? SlotOrigin::kSet
+                                                         : SlotOrigin::kCertain);
   }
 
   ExpertStoreStats stats() const override { return stats_; }
@@ -132,27 +136,27 @@ class StreamStore final : public ExpertStore {
 
  private:
   // Ranked predictions pass the gate rank by rank; certain ones are read whatever the gate says
-  // and reserved until their layer runs. A prediction already cached costs nothing (a certain one
-  // reserves its slot).
+  // and reserved until their layer runs (while their class has slots to spare). A prediction
+  // already cached costs nothing (a certain one reserves its slot).
   void prefetch_keys(int il, std::span<const int32_t> ids, SlotOrigin origin) {
     poll(false);
     gate_.start_call();
     for (size_t i = 0; i < ids.size(); ++i) {
       const int32_t key = il * map_.n_expert + ids[i];
       if (const int32_t s = arena_.slot_of(key); s >= 0) {
-        if (origin == SlotOrigin::kCertain) reserve(s);
+        if (origin == SlotOrigin::kCertain && can_reserve(arena_.class_of(key))) reserve(s);
         continue;
       }
       const int rank = origin == SlotOrigin::kRanked ? PrefetchGate::rank_of(i) : -1;
       if (rank >= 0 && !gate_.admits(rank)) continue;
-      const int32_t s = victim(arena_.class_of(key), /*demand=*/false);
+      const int32_t s = victim(arena_.class_of(key));
       if (s < 0) continue;
       Slot& sl = load(s, key, origin);
       sl.unused_prefetch = true;
       sl.prefetch_rank = static_cast<int8_t>(rank);
       if (rank >= 0) gate_.issued(rank);
       if (origin == SlotOrigin::kCertain) {
-        reserve(s);
+        if (can_reserve(arena_.class_of(key))) reserve(s);
         ++stats_.certain_issued;
       }
       ++stats_.prefetch_issued;
@@ -165,6 +169,13 @@ class StreamStore final : public ExpertStore {
     ++stats_.prefetch_used;
     if (sl.origin == SlotOrigin::kRanked) gate_.used(sl.prefetch_rank);
     if (sl.origin == SlotOrigin::kCertain) ++stats_.certain_used;
+  }
+
+  // Reservations leave n_used slots of each class to the demand reads.
+  bool can_reserve(int cls) const {
+    const SizeClass& c = arena_.classes()[cls];
+    const auto n = std::count_if(reserved_.begin(), reserved_.end(), [&](int32_t s) { return s >= c.first && s < c.first + c.count; });
+    return n + n_used_ < c.count;
   }
 
   void reserve(int32_t s) {
@@ -182,24 +193,20 @@ class StreamStore final : public ExpertStore {
     });
   }
 
-  // The slot of size class `cls` to refill: an empty one, else the unpinned, loaded slot the
-  // policy values least. Reserved slots are candidates only for a demand read that finds no other.
-  int32_t victim(int cls, bool demand) {
+  // The slot of size class `cls` to refill: an empty one, else the unpinned, loaded, unreserved
+  // slot the policy values least.
+  int32_t victim(int cls) {
     const SizeClass& c = arena_.classes()[cls];
-    int32_t best = -1, best_reserved = -1;
-    double best_value = 0, best_reserved_value = 0;
+    int32_t best = -1;
+    double best_value = 0;
     for (int32_t s = c.first; s < c.first + c.count; ++s) {
       const Slot& sl = arena_.slot(s);
       if (sl.state == SlotState::kEmpty) return s;
-      if (sl.pins > 0 || sl.state == SlotState::kLoading) continue;
+      if (sl.pins > 0 || sl.state == SlotState::kLoading || sl.reserved) continue;
       const double v = evictor_->keep_value(s, sl.key);
-      if (!sl.reserved) {
-        if (best < 0 || v < best_value) best = s, best_value = v;
-      } else if (demand && (best_reserved < 0 || v < best_reserved_value)) {
-        best_reserved = s, best_reserved_value = v;
-      }
+      if (best < 0 || v < best_value) best = s, best_value = v;
     }
-    return best >= 0 ? best : best_reserved;
+    return best;
   }
 
   Slot& load(int32_t s, int32_t key, SlotOrigin origin) {
@@ -227,7 +234,7 @@ class StreamStore final : public ExpertStore {
   void issue_deferred() {
     while (!deferred_.empty()) {
       const int32_t key = il_ * map_.n_expert + ids_[deferred_.back()];
-      const int32_t s = victim(arena_.class_of(key), /*demand=*/true);
+      const int32_t s = victim(arena_.class_of(key));
       if (s < 0) return;
       deferred_.pop_back();
       ++load(s, key, SlotOrigin::kDemand).pins;
@@ -350,6 +357,7 @@ class StreamStore final : public ExpertStore {
   const ExpertLayout& layout_;
   ExpertFileMap map_;
   StreamOptions o_;
+  int n_used_;
   std::unique_ptr<SsdReader> reader_;
   SlotArena arena_;
   std::unique_ptr<Evictor> evictor_;

@@ -118,7 +118,7 @@ void Model::prefetch_next(ForwardContext& ctx, int il, const float* x) {
     for (int e = 0; e < n_exp; ++e)
       if (chosen[e]) ids.push_back(e);
   }
-  ctx.lookahead = {next, std::move(ids), ctx.n_tok == 1};
+  ctx.lookahead = {next, std::move(ids), ctx.n_tok == 1 ? PrefetchHint::kRanked : PrefetchHint::kSet};
 }
 
 std::vector<std::string> supported_architectures() {

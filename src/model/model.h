@@ -58,12 +58,12 @@ struct ForwardContext {
   struct Lookahead {
     int il = -1;
     std::vector<int32_t> ids;
-    bool ranked = false;
+    PrefetchHint hint = PrefetchHint::kSet;
   };
   Lookahead lookahead{};
   void issue_lookahead() {
     if (lookahead.il < 0) return;
-    experts.prefetch(lookahead.il, lookahead.ids, lookahead.ranked);
+    experts.prefetch(lookahead.il, lookahead.ids, lookahead.hint);
     lookahead.il = -1;
   }
 };

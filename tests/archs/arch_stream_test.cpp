@@ -17,6 +17,7 @@
 #include "gguf/gguf.h"
 #include "model/gen/gen_model.h"
 #include "model/model.h"
+#include "runtime/expert_setup.h"
 #include "sampling/sampler.h"
 #include "sluice/sluice.h"
 
@@ -198,10 +199,10 @@ class OrderCheckingStore final : public ExpertStore {
     open_ = -1;
     inner_->end();
   }
-  void prefetch(int il, std::span<const int32_t> ids, bool ranked) override {
+  void prefetch(int il, std::span<const int32_t> ids, PrefetchHint hint) override {
     ++prefetches;
     if (open_ != il - 1) ++out_of_order;
-    inner_->prefetch(il, ids, ranked);
+    inner_->prefetch(il, ids, hint);
   }
   std::string describe() const override { return inner_->describe(); }
   int prefetches = 0, out_of_order = 0;
@@ -230,5 +231,152 @@ TEST(StreamOrder, LookaheadIsIssuedAfterTheCurrentLayerIsPinned) {
   m->forward(pool, decode, *kv, logits);
   EXPECT_EQ(spy.prefetches, 2 * (m->hparams().n_layer - 1));
   EXPECT_EQ(spy.out_of_order, 0) << "of " << spy.prefetches << " lookahead prefetches";
+}
+
+// Bytes of one routed expert in each layer (0 for a layer without merged experts).
+std::vector<uint64_t> expert_bytes_per_layer(const std::string& path) {
+  auto f = gguf::File::open(path);
+  const int64_t n_layer = f->get_int(f->get_string("general.architecture") + ".block_count");
+  std::vector<uint64_t> out;
+  for (int64_t il = 0; il < n_layer; ++il) {
+    const std::string p = "blk." + std::to_string(il) + ".ffn_";
+    uint64_t sum = 0;
+    if (f->find_tensor(p + "gate_exps.weight"))
+      for (const char* role : {"gate", "up", "down"}) {
+        const gguf::TensorInfo& t = f->tensor(p + role + "_exps.weight");
+        sum += t.nbytes / t.ne[2];
+      }
+    out.push_back(sum);
+  }
+  return out;
+}
+
+// A small qwen3moe whose layers mix expert types as real 2-bit builds do: IQ2_XXS gate/up and
+// Q2_K down on even layers, Q4_K experts on odd layers.
+GenSpec mixed_spec() {
+  GenSpec spec = gen_preset("tiny");
+  spec.n_layer = 4;
+  spec.n_embd = 256;
+  spec.n_ff_exp = 256;
+  spec.n_expert = 16;
+  spec.n_expert_used = 4;
+  spec.type_experts = GgmlType::IQ2_XXS;
+  spec.type_experts_down = GgmlType::Q2_K;
+  spec.type_experts_mixed = GgmlType::Q4_K;
+  spec.vocab_from = std::string(SLUICE_SOURCE_DIR) + "/tests/data/vocab/tiny-bpe.gguf";
+  return spec;
+}
+
+// Streaming a file with two expert sizes through a cache of a few slots of each size gives the
+// in-RAM logits bit for bit, and the arena (slots sized per class) stays within the budget.
+TEST(StreamMixed, MixedExpertSizesStreamBitIdenticalWithinBudget) {
+  const fs::path dir = fs::temp_directory_path() / ("sluice-mixed-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  setenv("SLUICE_HEAT_DIR", dir.c_str(), 1);
+  const GenSpec spec = mixed_spec();
+  const std::string model = (dir / "mixed.gguf").string();
+  write_random_model(spec, model);
+  const std::vector<uint64_t> per_layer = expert_bytes_per_layer(model);
+  ASSERT_EQ(per_layer.size(), 4u);
+  ASSERT_EQ(per_layer[0], per_layer[2]);
+  ASSERT_EQ(per_layer[1], per_layer[3]);
+  ASSERT_LT(per_layer[0] * 3 / 2, per_layer[1]) << "Q4_K experts should be much larger than IQ2_XXS/Q2_K ones";
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 24; ++i) prompt.push_back((i * 37 + 11) % 200);
+
+  EngineOptions ram;
+  ram.model_path = model;
+  ram.n_ctx = 40;
+  ram.experts = "ram";
+  auto in_ram = Engine::load(ram);
+  const std::vector<float> expected = run(*in_ram, prompt, 4);
+  in_ram.reset();
+
+  EngineOptions st = ram;
+  st.experts = "stream";
+  st.cold = true;
+  st.lock_memory = false;
+  st.cache_policy = "lru";
+  // One slot more than a token needs of each size; the widening to the direct-I/O alignment adds
+  // at most 2 pages per slice.
+  const uint64_t pad = 3 * 2 * 4096;
+  st.cache_bytes = (spec.n_expert_used + 1) * (per_layer[0] + pad + per_layer[1] + pad);
+  auto streamed = Engine::load(st);
+  ASSERT_EQ(streamed->info().experts_mode, "stream");
+  const std::string detail = streamed->info().experts_detail;
+  const std::vector<float> got = run(*streamed, prompt, 4);
+  const ExpertStats stats = streamed->expert_stats();
+  streamed.reset();
+  fs::remove_all(dir);
+
+  EXPECT_NE(detail.find(" + "), std::string::npos) << "expected two size classes: " << detail;
+  EXPECT_GT(stats.cache_bytes, 0u);
+  EXPECT_LE(stats.cache_bytes, st.cache_bytes) << detail;
+  // As many slots of the largest expert's size would not fit the budget.
+  uint64_t n_slots = 0;
+  for (size_t at = 0; (at = detail.find(" slots ×", at)) != std::string::npos; ++at) {
+    size_t from = at;
+    while (from > 0 && std::isdigit(static_cast<unsigned char>(detail[from - 1]))) --from;
+    n_slots += std::stoull(detail.substr(from, at - from));
+  }
+  EXPECT_GT(n_slots * per_layer[1], st.cache_bytes) << detail;
+  EXPECT_GT(stats.misses, static_cast<uint64_t>(spec.n_layer) * spec.n_expert) << "the cache should evict and re-read";
+  ASSERT_EQ(got.size(), expected.size());
+  EXPECT_EQ(std::memcmp(got.data(), expected.data(), got.size() * sizeof(float)), 0) << detail;
+}
+
+// Certain prefetches (hash-routed layers) are read whatever the precision gate says, counted,
+// and survive the eviction pressure of the layers that run before theirs; the same experts
+// prefetched as an unordered set are evicted by it.
+TEST(StreamMixed, CertainPrefetchesAreKeptUntilUsed) {
+  const fs::path dir = fs::temp_directory_path() / ("sluice-certain-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  setenv("SLUICE_HEAT_DIR", dir.c_str(), 1);
+  GenSpec spec = mixed_spec();
+  spec.type_experts_mixed.reset();
+  const std::string path = (dir / "uniform.gguf").string();
+  write_random_model(spec, path);
+  auto file = gguf::File::open(path);
+  auto model = load_model(*file);
+  const int n_used = spec.n_expert_used;
+  EngineOptions o;
+  o.model_path = path;
+  o.cold = true;
+  o.lock_memory = false;
+  o.cache_policy = "lru";
+  ExpertPlan plan;
+  plan.mode = "stream";
+  // n_used + 3 slots: up to 3 can be reserved.
+  plan.cache_bytes = (n_used + 3) * (expert_bytes_per_layer(path)[0] + 3 * 2 * 4096);
+
+  auto layer = [&](ExpertStore& store, int il, std::vector<int32_t> ids) {
+    store.begin(il, ids);
+    int index = 0;
+    ExpertWeights w;
+    while (store.next(&index, &w)) {
+    }
+    store.end();
+  };
+  auto scenario = [&](PrefetchHint hint) {
+    auto store = make_expert_store(*file, *model, o, plan);
+    const std::vector<int32_t> certain = {14, 15};
+    store->prefetch(3, certain, hint);
+    // Layers 0..2 read experts 0..3 each: 12 demand reads through the other slots.
+    for (int il = 0; il < 3; ++il) layer(*store, il, {0, 1, 2, 3});
+    const ExpertStoreStats before = store->stats();
+    layer(*store, 3, certain);
+    const ExpertStoreStats after = store->stats();
+    return std::pair{after, after.misses - before.misses};
+  };
+  const auto [certain_stats, certain_misses] = scenario(PrefetchHint::kCertain);
+  const auto [set_stats, set_misses] = scenario(PrefetchHint::kSet);
+  fs::remove_all(dir);
+  EXPECT_EQ(certain_stats.certain_issued, 2u);
+  EXPECT_EQ(certain_stats.certain_used, 2u);
+  EXPECT_EQ(certain_stats.prefetch_used, 2u);
+  EXPECT_EQ(certain_misses, 0u) << "certain prefetches were evicted before their layer ran";
+  EXPECT_EQ(set_stats.certain_issued, 0u);
+  EXPECT_EQ(set_stats.prefetch_issued, 2u);
+  EXPECT_EQ(set_misses, 2u) << "lru should have evicted the unreserved prefetches";
 }
 

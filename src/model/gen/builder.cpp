@@ -311,9 +311,12 @@ void ModelBuilder::experts(int il, bool with_biases) {
     }
     return;
   }
-  weight(blk(il, "ffn_gate_exps.weight"), fit_type(s.type_experts, s.n_embd), {s.n_embd, s.n_ff_exp, s.n_expert});
-  weight(blk(il, "ffn_up_exps.weight"), fit_type(s.type_experts, s.n_embd), {s.n_embd, s.n_ff_exp, s.n_expert});
-  weight(blk(il, "ffn_down_exps.weight"), fit_type(s.type_experts, s.n_ff_exp), {s.n_ff_exp, s.n_embd, s.n_expert});
+  const bool mixed = s.type_experts_mixed && il % 2 == 1;
+  const GgmlType gate_up = mixed ? *s.type_experts_mixed : s.type_experts;
+  const GgmlType down = mixed ? *s.type_experts_mixed : s.type_experts_down.value_or(s.type_experts);
+  weight(blk(il, "ffn_gate_exps.weight"), fit_type(gate_up, s.n_embd), {s.n_embd, s.n_ff_exp, s.n_expert});
+  weight(blk(il, "ffn_up_exps.weight"), fit_type(gate_up, s.n_embd), {s.n_embd, s.n_ff_exp, s.n_expert});
+  weight(blk(il, "ffn_down_exps.weight"), fit_type(down, s.n_ff_exp), {s.n_ff_exp, s.n_embd, s.n_expert});
   if (!with_biases) return;
   weight(blk(il, "ffn_gate_exps.bias"), GgmlType::F32, {s.n_ff_exp, s.n_expert}, 0.1);
   weight(blk(il, "ffn_up_exps.bias"), GgmlType::F32, {s.n_ff_exp, s.n_expert}, 0.1);

@@ -75,8 +75,9 @@ class ModelBuilder {
   // exp_probs_b.bias: the sigmoid routers' selection bias, zero (no correction learned yet), so
   // the Zipf popularity of the router rows alone decides the choice.
   void selection_bias(int il);
-  // Routed experts, merged ffn_*_exps tensors or, with spec.legacy_experts, one
-  // ffn_{gate,up,down}.E tensor per expert; with_biases adds ffn_*_exps.bias (gpt-oss).
+  // Routed experts, merged ffn_*_exps tensors (types: type_experts, type_experts_down, and
+  // type_experts_mixed on odd layers) or, with spec.legacy_experts, one ffn_{gate,up,down}.E
+  // tensor per expert; with_biases adds ffn_*_exps.bias (gpt-oss).
   void experts(int il, bool with_biases);
   // ffn_{gate,up,down}_shexp of n_expert_shared · n_ff_exp, type_dense (resident weights).
   void shared_expert(int il);

@@ -308,7 +308,8 @@ void validate(const GenSpec& s) {
   if (!(s.zipf >= 0) || !std::isfinite(s.zipf)) fail("--zipf {} must be a finite number ≥ 0", s.zipf);
   if (s.zipf > 0 && s.n_expert == 0) fail("--zipf needs a model with experts");
   const std::pair<const char*, GgmlType> types[] = {
-      {"--type-experts", s.type_experts}, {"--type-attn", s.type_attn}, {"--type-attn (attn_v)", s.type_attn_v},
+      {"--type-experts", s.type_experts}, {"--type-experts-down", s.type_experts_down.value_or(s.type_experts)},
+      {"--mixed-experts", s.type_experts_mixed.value_or(s.type_experts)}, {"--type-attn", s.type_attn}, {"--type-attn (attn_v)", s.type_attn_v},
       {"--type-embd", s.type_embd},       {"--type-output", s.type_output}, {"--type-dense", s.type_dense}};
   for (const auto& [flag, type] : types)
     if (std::string why = gen::undrawable_reason(type); !why.empty()) fail("{} {}: {}", flag, type_name(type), why);

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,10 @@ struct GenSpec {
   bool tied_output = false;     // no output.weight: the head reuses token_embd
   bool legacy_experts = false;  // Mixtral's old blk.N.ffn_{gate,up,down}.E.weight layout
   GgmlType type_experts = GgmlType::Q4_K;
+  std::optional<GgmlType> type_experts_down;   // ffn_down_exps when it differs from gate/up
+  // Mixed expert sizes as in real 2-bit builds: the routed experts (gate, up and down) of the odd
+  // layers are of this type instead.
+  std::optional<GgmlType> type_experts_mixed;
   GgmlType type_attn = GgmlType::Q4_K;    // attn_q, attn_k, attn_output
   GgmlType type_attn_v = GgmlType::Q6_K;  // attn_v, one step up as in Q4_K_M files
   GgmlType type_embd = GgmlType::Q4_K;
