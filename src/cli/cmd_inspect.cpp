@@ -99,7 +99,7 @@ Json to_json(const gguf::File& file, const ModelReport& r, bool with_metadata) {
     shapes.push_back({{"layers", s.layers}, {"experts", s.n_experts}, {"bytes_per_expert", s.bytes_per_expert}});
   j["routed_expert_shapes"] = shapes;
   j["kv_cache"] = {{"ctx", r.kv.ctx}, {"layers", r.kv.n_layer}, {"bytes_per_token", r.kv.bytes_per_token},
-                   {"bytes", r.kv.bytes}, {"type", "f32"}};
+                   {"fixed_bytes", r.kv.fixed_bytes}, {"bytes", r.kv.bytes}, {"type", "f32"}};
   const Verdict& v = r.verdict;
   j["verdict"] = {{"ram", v.ram}, {"resident_bytes", v.resident}, {"kv_bytes", v.kv},
                   {"routed_bytes", v.routed}, {"expert_budget", v.expert_budget},
@@ -164,8 +164,9 @@ void print_human(const gguf::File& file, const ModelReport& r, bool with_metadat
   for (const auto& s : r.expert_shapes)
     fmt::print("routed expert, layers {}: {} experts x {} ({} B)\n", format_layers(s.layers), s.n_experts,
                format_bytes(s.bytes_per_expert), s.bytes_per_expert);
-  fmt::print("\nKV cache at ctx {} (f32{}): {} layers, {} B/token, {}\n", r.kv.ctx, m.is_mla ? ", MLA latent" : "",
-             r.kv.n_layer, r.kv.bytes_per_token, format_bytes(r.kv.bytes));
+  fmt::print("\nKV cache at ctx {} (f32{}): {} layers, {} B/token{}, {}\n", r.kv.ctx, m.is_mla ? ", MLA latent" : "",
+             r.kv.n_layer, r.kv.bytes_per_token,
+             r.kv.fixed_bytes ? fmt::format(" + {} fixed", format_bytes(r.kv.fixed_bytes)) : "", format_bytes(r.kv.bytes));
 
   const Verdict& v = r.verdict;
   fmt::print("\nRAM budget {}\n", format_bytes(v.ram));

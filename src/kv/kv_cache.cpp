@@ -14,6 +14,10 @@ KvCache::KvCache(std::vector<int> k_dims, std::vector<int> v_dims, int n_ctx)
   if (n_ctx_ <= 0) fail("context size must be positive, got {}", n_ctx_);
 }
 
+KvCache::KvCache(int n_ctx) : n_ctx_(n_ctx) {
+  if (n_ctx_ <= 0) fail("context size must be positive, got {}", n_ctx_);
+}
+
 KvCache::Seq& KvCache::seq_ref(int seq) {
   if (seq < 0) fail("internal: negative sequence id {}", seq);
   if (static_cast<size_t>(seq) >= seqs_.size()) seqs_.resize(seq + 1);

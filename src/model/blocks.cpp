@@ -82,6 +82,8 @@ void swiglu_ffn(ForwardContext& ctx, int il, const FfnWeights& w, const float* x
 namespace {
 
 float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+// log(1 + eˣ) without overflow.
+float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 
 // Indices of the k largest values, largest first; ties keep the lower index first.
 void top_k(const float* v, int n, int k, int32_t* out) {
@@ -95,6 +97,29 @@ void top_k(const float* v, int n, int k, int32_t* out) {
 
 }  // namespace
 
+void gate_scores(GatingFunc g, const float* logits, float* scores, int n) {
+  switch (g) {
+    case GatingFunc::kSoftmax:
+      std::copy_n(logits, n, scores);
+      softmax(scores, n);
+      break;
+    case GatingFunc::kSigmoid:
+      for (int e = 0; e < n; ++e) scores[e] = sigmoid(logits[e]);
+      break;
+    case GatingFunc::kSoftmaxWeight:
+      std::copy_n(logits, n, scores);
+      break;
+    case GatingFunc::kSqrtSoftplus:
+      for (int e = 0; e < n; ++e) scores[e] = std::sqrt(softplus(logits[e]));
+      break;
+  }
+}
+
+void swiglu_clamped(float* g, const float* u, int64_t n, float limit) {
+  if (limit <= 1e-6f) return swiglu(g, u, g, n);
+  for (int64_t i = 0; i < n; ++i) g[i] = silu(std::min(g[i], limit)) * std::clamp(u[i], -limit, limit);
+}
+
 void route(ForwardContext& ctx, int il, const RouterWeights& w, const RouterConfig& c, const float* xn,
            int32_t* ids, float* weights) {
   const int n_exp = c.n_expert;
@@ -104,17 +129,16 @@ void route(ForwardContext& ctx, int il, const RouterWeights& w, const RouterConf
   std::vector<float> probs(n_exp), select(n_exp);
   for (int64_t t = 0; t < ctx.n_tok; ++t) {
     const float* lt = logits.data() + t * n_exp;
-    switch (c.gating) {
-      case GatingFunc::kSoftmax:
-        std::copy_n(lt, n_exp, probs.data());
-        softmax(probs.data(), n_exp);
-        break;
-      case GatingFunc::kSigmoid:
-        for (int e = 0; e < n_exp; ++e) probs[e] = sigmoid(lt[e]);
-        break;
-      case GatingFunc::kSoftmaxWeight:
-        std::copy_n(lt, n_exp, probs.data());
-        break;
+    gate_scores(c.gating, lt, probs.data(), n_exp);
+    int32_t* it = ids + t * c.n_used;
+    float* wt = weights + t * c.n_used;
+    if (w.tid2eid) {
+      // Hash routing: the token id fixes the experts; the router still weights them.
+      const int32_t* fixed = reinterpret_cast<const int32_t*>(w.tid2eid.data) + static_cast<int64_t>(ctx.batch.tokens[t]) * c.n_used;
+      for (int k = 0; k < c.n_used; ++k) {
+        if (fixed[k] < 0 || fixed[k] >= n_exp) fail("layer {}: tid2eid maps token {} to expert {}, expected 0..{}", il, ctx.batch.tokens[t], fixed[k], n_exp - 1);
+        it[k] = fixed[k];
+      }
     }
     for (int e = 0; e < n_exp; ++e) select[e] = probs[e] + (w.exp_probs_b ? w.exp_probs_b.f32()[e] : 0.0f);
     if (c.n_groups > 1 && c.n_groups_used < c.n_groups) {
@@ -134,9 +158,7 @@ void route(ForwardContext& ctx, int il, const RouterWeights& w, const RouterConf
       for (int e = 0; e < n_exp; ++e)
         if (!allowed[e / per_group]) select[e] = -std::numeric_limits<float>::infinity();
     }
-    int32_t* it = ids + t * c.n_used;
-    float* wt = weights + t * c.n_used;
-    top_k(select.data(), n_exp, c.n_used, it);
+    if (!w.tid2eid) top_k(select.data(), n_exp, c.n_used, it);
     for (int k = 0; k < c.n_used; ++k) wt[k] = probs[it[k]];
     if (c.gating == GatingFunc::kSoftmaxWeight) softmax(wt, c.n_used);
     if (c.norm) {
@@ -151,7 +173,7 @@ void route(ForwardContext& ctx, int il, const RouterWeights& w, const RouterConf
 }
 
 void moe_experts(ForwardContext& ctx, int il, const int32_t* ids, const float* weights, int n_used,
-                 ExpertActivation act, const float* xn, float* out) {
+                 ExpertActivation act, const float* xn, float* out, float limit) {
   const int64_t n_tok = ctx.n_tok;
   // Rows routed to each expert, as (token, slot) pairs; experts listed in first-use order.
   std::vector<int32_t> experts;
@@ -195,6 +217,8 @@ void moe_experts(ForwardContext& ctx, int il, const int32_t* ids, const float* w
       if (w.up_bias) add_inplace(ur, w.up_bias, n_ff);
       if (act == ExpertActivation::kSwiglu) {
         swiglu(gr, ur, gr, n_ff);
+      } else if (act == ExpertActivation::kSwigluClamp) {
+        swiglu_clamped(gr, ur, n_ff, limit);
       } else {
         constexpr float kAlpha = 1.702f, kLimit = 7.0f;
         for (int64_t i = 0; i < n_ff; ++i) {

@@ -46,6 +46,7 @@ struct RouterWeights {
   Tensor gate_inp;     // (n_embd, n_expert)
   Tensor gate_inp_b;   // optional (n_expert) router bias
   Tensor exp_probs_b;  // optional (n_expert) selection-only bias (DeepSeek V3, GLM)
+  Tensor tid2eid;      // optional I32 (n_used, n_vocab): hash routing, experts fixed by token id (DeepSeek V4)
 };
 
 struct RouterConfig {
@@ -56,6 +57,10 @@ struct RouterConfig {
   int n_groups = 0, n_groups_used = 0;  // group-limited selection when n_groups > 1
 };
 
+// Gate scores from router logits (n values); the selection bias is added to these, and the chosen
+// experts are weighted by them. kSoftmaxWeight keeps the logits (softmax runs over the chosen).
+void gate_scores(GatingFunc g, const float* logits, float* scores, int n);
+
 // Chooses n_used experts per token: ids/weights (n_tok, n_used), in descending selection order.
 void route(ForwardContext& ctx, int il, const RouterWeights& w, const RouterConfig& c, const float* xn,
            int32_t* ids, float* weights);
@@ -63,13 +68,17 @@ void route(ForwardContext& ctx, int il, const RouterWeights& w, const RouterConf
 enum class ExpertActivation {
   kSwiglu,     // silu(gate) ⊙ up
   kSwigluOai,  // gpt-oss: clamp, gate·σ(1.702·gate) ⊙ (up + 1)
+  kSwigluClamp,  // DeepSeek V4: silu(min(gate, limit)) ⊙ clamp(up, −limit, limit); limit ≤ 1e-6: plain
 };
+
+// In place g[i] = silu(min(g[i], limit)) · clamp(u[i], −limit, limit) (kSwigluClamp).
+void swiglu_clamped(float* g, const float* u, int64_t n, float limit);
 
 // out (n_tok, n_embd) = Σ_k weights[t,k] · expert_{ids[t,k]}(xn[t]), evaluated expert-major: each
 // chosen expert is fetched once from the store and applied to all rows routed to it. Slot sums
 // are taken in slot order after all experts finish, so results never depend on read order.
 void moe_experts(ForwardContext& ctx, int il, const int32_t* ids, const float* weights, int n_used,
-                 ExpertActivation act, const float* xn, float* out);
+                 ExpertActivation act, const float* xn, float* out, float limit = 0.0f);
 
 // The feed-forward half of a layer: RMSNorm, then a dense SwiGLU (router.gate_inp empty) or the
 // routed experts plus an optional resident shared expert.

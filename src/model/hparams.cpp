@@ -84,7 +84,10 @@ HParams read_hparams(const gguf::File& f) {
   hp.expert_weights_scale = static_cast<float>(f.get_float_or(a + "expert_weights_scale", 1.0));
   if (hp.expert_weights_scale == 0.0f) hp.expert_weights_scale = 1.0f;
   int64_t gating = f.get_int_or(a + "expert_gating_func", 0);
-  hp.gating = gating == 2 ? GatingFunc::kSigmoid : gating == 3 ? GatingFunc::kSoftmaxWeight : GatingFunc::kSoftmax;
+  hp.gating = gating == 2   ? GatingFunc::kSigmoid
+              : gating == 3 ? GatingFunc::kSoftmaxWeight
+              : gating == 4 ? GatingFunc::kSqrtSoftplus
+                            : GatingFunc::kSoftmax;
   hp.n_expert_groups = static_cast<int>(f.get_int_or(a + "expert_group_count", 0));
   hp.n_group_used = static_cast<int>(f.get_int_or(a + "expert_group_used_count", 0));
   hp.sliding_window = static_cast<int>(f.get_int_or(a + "attention.sliding_window", 0));

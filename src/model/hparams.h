@@ -13,7 +13,8 @@ namespace gguf { class File; }
 
 enum class RopeType { kNorm, kNeox };          // adjacent pairs (llama) / split halves (NeoX, qwen)
 enum class RopeScaling { kNone, kLinear, kYarn };
-enum class GatingFunc { kSoftmax, kSigmoid, kSoftmaxWeight };  // softmax over all / sigmoid / softmax over chosen
+// softmax over all / sigmoid / softmax over chosen / sqrt(softplus) (DeepSeek V4)
+enum class GatingFunc { kSoftmax, kSigmoid, kSoftmaxWeight, kSqrtSoftplus };
 
 struct RopeParams {
   RopeType type = RopeType::kNorm;

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "gguf/gguf.h"
 #include "model/archs/archs.h"
+#include "model/blocks.h"
 #include "model/weights.h"
 #include "ops/elementwise.h"
 #include "ops/matmul.h"
@@ -51,30 +52,38 @@ void Model::forward(ThreadPool& pool, const Batch& batch, KvCache& kv, std::vect
   }
   for (const auto& [s, end] : seq_end) kv.reserve(s, end);
 
-  std::vector<float> x(n_tok * n_embd);
+  const int64_t n_streams = residual_streams();
+  const int64_t width = n_streams * n_embd;
+  std::vector<float> x(n_tok * width);
   const uint64_t row = token_embd_.row_bytes();
-  for (int64_t t = 0; t < n_tok; ++t)
-    dequantize_row(token_embd_.type, token_embd_.data + row * batch.tokens[t], x.data() + t * n_embd, n_embd);
+  for (int64_t t = 0; t < n_tok; ++t) {
+    float* xt = x.data() + t * width;
+    dequantize_row(token_embd_.type, token_embd_.data + row * batch.tokens[t], xt, n_embd);
+    for (int64_t s = 1; s < n_streams; ++s) std::copy_n(xt, n_embd, xt + s * n_embd);
+  }
 
   ForwardContext ctx{pool, batch, kv, *experts_, n_tok, hook};
-  ctx.dump("inp_embd", -1, x.data(), n_embd);
+  if (n_streams == 1) ctx.dump("inp_embd", -1, x.data(), n_embd);
+  begin_forward(ctx);
   for (int il = 0; il < hp_.n_layer; ++il) {
     layer(ctx, il, x.data());
     ctx.issue_lookahead();
-    ctx.dump("l_out", il, x.data(), n_embd);
+    if (n_streams == 1) ctx.dump("l_out", il, x.data(), n_embd);
   }
   for (const auto& [s, end] : seq_end) kv.set_length(s, std::max(kv.length(s), end));
 
-  std::vector<float> rows;
+  std::vector<float> picked, rows;
   for (int64_t t = 0; t < n_tok; ++t)
-    if (batch.want_logits[t]) {
-      rows.resize(rows.size() + n_embd);
-      rmsnorm(x.data() + t * n_embd, output_norm_.f32(), rows.data() + rows.size() - n_embd, n_embd, hp_.rms_eps);
-    }
-  const int64_t n_out = static_cast<int64_t>(rows.size()) / n_embd;
+    if (batch.want_logits[t]) picked.insert(picked.end(), x.begin() + t * width, x.begin() + (t + 1) * width);
+  const int64_t n_out = static_cast<int64_t>(picked.size()) / width;
+  rows.resize(n_out * n_embd);
+  head_input(pool, picked.data(), n_out, rows.data());
+  for (int64_t t = 0; t < n_out; ++t) rmsnorm(rows.data() + t * n_embd, output_norm_.f32(), rows.data() + t * n_embd, n_embd, hp_.rms_eps);
   logits.resize(n_out * hp_.n_vocab);
   if (n_out > 0) matmul(pool, output_.mat(), rows.data(), n_out, logits.data());
 }
+
+void Model::head_input(ThreadPool&, const float* x, int64_t n, float* h) const { std::copy_n(x, n * hp_.n_embd, h); }
 
 void Model::set_lookahead(int il, const Tensor& norm, const Tensor& gate_inp, const Tensor& exp_probs_b) {
   if (lookahead_.size() < static_cast<size_t>(hp_.n_layer)) lookahead_.resize(hp_.n_layer);
@@ -90,18 +99,17 @@ void Model::prefetch_next(ForwardContext& ctx, int il, const float* x) {
   std::vector<float> xn(ctx.n_tok * n_embd), logits(ctx.n_tok * n_exp);
   for (int64_t t = 0; t < ctx.n_tok; ++t) rmsnorm(x + t * n_embd, r.norm.f32(), xn.data() + t * n_embd, n_embd, hp_.rms_eps);
   matmul(ctx.pool, r.gate_inp.mat(), xn.data(), ctx.n_tok, logits.data());
-  // Softmax and sigmoid are monotonic, so the top-k of the logits is the predicted choice unless
-  // a selection bias is added to the gate probabilities (DeepSeek V3, GLM): then rank as route()
-  // does, less the group limit.
+  // Every gate score is monotonic in the logit, so the top-k of the logits is the predicted choice
+  // unless a selection bias is added to the scores (DeepSeek V3/V4, GLM): then score with
+  // gate_scores() and rank as route() does, less the group limit.
   std::vector<uint8_t> chosen(n_exp, 0);
   std::vector<int32_t> order(n_exp);
+  std::vector<float> scores(n_exp);
   for (int64_t t = 0; t < ctx.n_tok; ++t) {
     float* l = logits.data() + t * n_exp;
     if (r.exp_probs_b) {
-      if (hp_.gating == GatingFunc::kSigmoid)
-        for (int e = 0; e < n_exp; ++e) l[e] = 1.0f / (1.0f + std::exp(-l[e]));
-      else if (hp_.gating == GatingFunc::kSoftmax)
-        softmax(l, n_exp);
+      gate_scores(hp_.gating, l, scores.data(), n_exp);
+      std::copy_n(scores.data(), n_exp, l);
       add_inplace(l, r.exp_probs_b.f32(), n_exp);
     }
     for (int e = 0; e < n_exp; ++e) order[e] = e;

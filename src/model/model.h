@@ -82,7 +82,7 @@ class Model {
   // current hidden state and let the store start reading them.
   void set_prefetch(bool on) { prefetch_ = on; }
 
-  std::unique_ptr<KvCache> make_kv_cache(int n_ctx) const;
+  virtual std::unique_ptr<KvCache> make_kv_cache(int n_ctx) const;
   // Evaluates the batch: appends every token's K/V to the cache and writes n_vocab logits per
   // token with want_logits set, in batch order, into `logits` (resized).
   void forward(ThreadPool& pool, const Batch& batch, KvCache& kv, std::vector<float>& logits,
@@ -90,8 +90,14 @@ class Model {
 
  protected:
   explicit Model(HParams hp) : hp_(std::move(hp)) {}
-  // Runs layer `il` on the residual stream x (n_tok × n_embd), in place.
+  // Runs layer `il` on the residual stream x (n_tok × residual_streams() × n_embd), in place.
   virtual void layer(ForwardContext& ctx, int il, float* x) = 0;
+  // Residual streams per token (DeepSeek V4 hyper-connections: 4, each starting as the embedding).
+  virtual int residual_streams() const { return 1; }
+  // Called once per forward call before the first layer (cache checks, certain prefetches).
+  virtual void begin_forward(ForwardContext&) {}
+  // The n_embd-vector the output norm and head see for each of n rows of residual streams.
+  virtual void head_input(ThreadPool& pool, const float* x, int64_t n, float* h) const;
   // K/V widths per position for each layer (MLA stores a latent instead of heads).
   virtual int kv_k_dim(int il) const { return hp_.n_embd_k_gqa(il); }
   virtual int kv_v_dim(int il) const { return hp_.n_embd_v_gqa(il); }

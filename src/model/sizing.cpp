@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/meminfo.h"
+#include "kv/ds4_cache.h"
 
 namespace sluice {
 
@@ -77,6 +78,8 @@ ModelSummary read_model_summary(const gguf::File& f) {
   m.sliding_window = opt_int(f, a + "attention.sliding_window");
   m.vocab_size = opt_int(f, a + "vocab_size");
   m.is_mla = m.kv_lora_rank.has_value() && *m.kv_lora_rank > 0;
+  m.compress_ratios = int_or_array(f, a + "attention.compress_ratios");
+  m.indexer_key_length = opt_int(f, a + "attention.indexer.key_length");
   return m;
 }
 
@@ -102,7 +105,20 @@ KvEstimate estimate_kv(const ModelSummary& m, int64_t ctx) {
   if (!m.n_layer || *m.n_layer <= 0) return kv;
   kv.n_layer = std::max<int64_t>(0, *m.n_layer - m.n_mtp_layers.value_or(0));
   constexpr uint64_t kF32 = 4;
-  if (m.is_mla) {
+  if (m.arch == "deepseek4") {
+    // The cache's own rule (kv/ds4_cache.h): pooled rows and indexer keys per position, plus the
+    // window ring and compressor states of every layer.
+    if (!m.key_length || !m.sliding_window || static_cast<int64_t>(m.compress_ratios.size()) < kv.n_layer) return kv;
+    Ds4CacheShape shape;
+    shape.ratio.assign(m.compress_ratios.begin(), m.compress_ratios.begin() + kv.n_layer);
+    for (int r : shape.ratio)
+      if (r != 0 && r != 4 && r != 128) return kv;
+    shape.head_dim = static_cast<int>(*m.key_length);
+    shape.index_dim = static_cast<int>(m.indexer_key_length.value_or(0));
+    shape.window = static_cast<int>(*m.sliding_window);
+    kv.bytes_per_token = shape.bytes_per_position();
+    kv.fixed_bytes = shape.fixed_bytes();
+  } else if (m.is_mla) {
     // MLA caches the compressed KV latent plus the shared rotary key part, whatever the head count.
     const uint64_t per_layer =
         sat_mul(static_cast<uint64_t>(*m.kv_lora_rank + std::max<int64_t>(0, m.rope_dim.value_or(0))), kF32);
@@ -123,7 +139,7 @@ KvEstimate estimate_kv(const ModelSummary& m, int64_t ctx) {
       kv.bytes_per_token = sat_mul(layer_bytes(heads[0]), static_cast<uint64_t>(kv.n_layer));
     }
   }
-  kv.bytes = sat_mul(kv.bytes_per_token, static_cast<uint64_t>(std::max<int64_t>(0, ctx)));
+  kv.bytes = sat_add(sat_mul(kv.bytes_per_token, static_cast<uint64_t>(std::max<int64_t>(0, ctx))), kv.fixed_bytes);
   return kv;
 }
 

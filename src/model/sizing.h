@@ -26,6 +26,9 @@ struct ModelSummary {
   std::optional<double> rope_freq_base, rope_scaling_factor;
   std::string rope_scaling_type;
   bool is_mla = false;  // kv_lora_rank present: the KV cache holds the compressed latent
+  // deepseek4: per-layer compress ratios (may run past n_layer), indexer key size.
+  std::vector<int64_t> compress_ratios;
+  std::optional<int64_t> indexer_key_length;
 };
 
 struct TokenizerSummary {
@@ -55,7 +58,8 @@ struct KvEstimate {
   int64_t ctx = 0;
   int64_t n_layer = 0;         // layers that keep a cache (MTP blocks excluded)
   uint64_t bytes_per_token = 0;  // all layers, f32
-  uint64_t bytes = 0;
+  uint64_t fixed_bytes = 0;      // per sequence whatever its length (deepseek4 rings and states)
+  uint64_t bytes = 0;            // bytes_per_token · ctx + fixed_bytes
 };
 
 enum class VerdictLevel { NearInRam, Usable, TooSmall };

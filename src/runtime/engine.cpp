@@ -46,7 +46,7 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& o) {
     fail("--ssd-streaming-policy '{}': expected lru, lfu or nextuse", o.cache_policy);
   impl->n_ctx = o.n_ctx;
   if (hp.n_ctx_train > 0) impl->n_ctx = std::min(impl->n_ctx, hp.n_ctx_train);
-  const uint64_t kv_bytes = impl->model->make_kv_cache(impl->n_ctx)->bytes_per_position() * impl->n_ctx;
+  const uint64_t kv_bytes = impl->model->make_kv_cache(impl->n_ctx)->bytes_for(impl->n_ctx);
   const ExpertPlan plan = plan_experts(*impl->file, *impl->model, o, kv_bytes);
   impl->model->set_expert_store(make_expert_store(*impl->file, *impl->model, o, plan));
   impl->model->set_prefetch(o.prefetch && plan.mode == "stream");
@@ -157,6 +157,7 @@ std::span<const float> Session::evaluate(std::span<const int32_t> toks) {
   // The last token is always re-run so its logits are fresh.
   if (common == toks.size()) --common;
   s.kv->truncate(0, static_cast<int>(common));
+  common = static_cast<size_t>(s.kv->length(0));  // a cache may keep less than asked (deepseek4 rings)
   s.tokens.assign(toks.begin(), toks.end());
   s.run(toks, static_cast<int>(common), nullptr);
   return s.logits;

@@ -155,6 +155,7 @@ struct Scheduler::Impl {
       kv->copy_prefix(source, s.id, best);
     else
       kv->truncate(s.id, best);
+    best = kv->length(s.id);  // a cache may keep less than asked (deepseek4 rings)
     s.ctx = prompt;
     s.options = p.request.options;
     s.deadline = p.deadline;

@@ -49,10 +49,11 @@ std::vector<Case> discover() {
   return out;
 }
 
+// Integer tables (deepseek4's tid2eid, I32) hold ids, not weights: they do not make a model quantized.
 bool all_f32(const std::string& path) {
   auto f = gguf::File::open(path);
   for (const auto& t : f->tensors())
-    if (t.type != GgmlType::F32) return false;
+    if (t.type != GgmlType::F32 && t.type != GgmlType::I32) return false;
   return true;
 }
 

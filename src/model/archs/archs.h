@@ -15,6 +15,7 @@ struct ArchEntry {
 };
 
 std::unique_ptr<Model> load_deepseek2(const gguf::File& file);  // DeepSeek V2/V3, Kimi K2 (MLA)
+std::unique_ptr<Model> load_deepseek4(const gguf::File& file);  // DeepSeek V4 (hyper-connections, compressed KV)
 std::unique_ptr<Model> load_glm4moe(const gguf::File& file);   // glm4moe (GLM-4.5/4.6)
 std::unique_ptr<Model> load_gptoss(const gguf::File& file);    // gpt-oss
 std::unique_ptr<Model> load_llama(const gguf::File& file);     // llama, dense or Mixtral experts

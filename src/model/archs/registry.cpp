@@ -6,6 +6,7 @@ namespace sluice {
 const std::vector<ArchEntry>& arch_registry() {
   static const std::vector<ArchEntry> table = {
       {"deepseek2", load_deepseek2},
+      {"deepseek4", load_deepseek4},
       {"glm4moe", load_glm4moe},
       {"gpt-oss", load_gptoss},
       {"llama", load_llama},
