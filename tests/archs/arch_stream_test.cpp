@@ -121,9 +121,11 @@ TEST_P(ArchStream, StreamedExpertsAreBitIdenticalToRam) {
   EXPECT_EQ(differ, 0u) << "first differing logit at " << first << ": " << got[first] << " vs " << expected[first];
   // More reads than there are experts: the cache evicted and read experts again.
   EXPECT_GT(stats.misses, n_experts_total) << "requests " << stats.requests << ", hits " << stats.hits;
-  std::printf("[%s.%s] %zu logits identical; experts: %llu requests, %llu misses, %llu bytes read\n", c.model, c.prompt,
-              got.size(), static_cast<unsigned long long>(stats.requests), static_cast<unsigned long long>(stats.misses),
-              static_cast<unsigned long long>(stats.bytes_read));
+  std::printf("[%s.%s] %zu logits identical; experts: %llu requests, %llu misses, %llu bytes read, %llu/%llu certain "
+              "prefetches used\n",
+              c.model, c.prompt, got.size(), static_cast<unsigned long long>(stats.requests),
+              static_cast<unsigned long long>(stats.misses), static_cast<unsigned long long>(stats.bytes_read),
+              static_cast<unsigned long long>(stats.certain_used), static_cast<unsigned long long>(stats.certain_issued));
 }
 
 INSTANTIATE_TEST_SUITE_P(Reference, ArchStream,
@@ -132,7 +134,9 @@ INSTANTIATE_TEST_SUITE_P(Reference, ArchStream,
                                            StreamCase{"qwen3moe-f32", "prompt1", "nextuse"},
                                            StreamCase{"gptoss-f32", "prompt2", "lfu"},
                                            StreamCase{"gptoss-mxfp4", "prompt1", "nextuse"},
-                                           StreamCase{"glm4moe-f32", "prompt1", "lfu"}),
+                                           StreamCase{"glm4moe-f32", "prompt1", "lfu"},
+                                           StreamCase{"deepseek4-f32", "prompt1", "lru"},
+                                           StreamCase{"deepseek4-q2", "prompt1", "nextuse"}),
                          [](const ::testing::TestParamInfo<StreamCase>& i) {
                            std::string s = std::string(i.param.model) + "_" + i.param.prompt + "_" + i.param.policy;
                            for (char& ch : s)
