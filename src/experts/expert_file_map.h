@@ -7,27 +7,21 @@
 #include <string>
 #include <vector>
 
+#include "experts/expert_store.h"
 #include "experts/ssd_reader.h"
 
 namespace sluice {
-
-// Where one slice of one expert lies in the model files.
-struct FileRange {
-  uint32_t part = 0;
-  uint64_t offset = 0;
-  uint64_t length = 0;
-};
-
-// An expert's slices: its three matrices, then their biases (gpt-oss); length 0 when absent.
-enum ExpertPart { kGate, kUp, kDown, kGateBias, kUpBias, kDownBias, kExpertParts };
 
 // File locations of every routed expert, indexed [layer · n_expert + expert][part].
 struct ExpertFileMap {
   std::vector<std::string> part_paths;
   int n_layer = 0;
   int n_expert = 0;
-  std::vector<std::array<FileRange, kExpertParts>> ranges;
+  std::vector<ExpertRanges> ranges;
 };
+
+// The file map of `layout`'s experts, from its tensors' file ranges.
+ExpertFileMap expert_file_map(const ExpertLayout& layout, int n_layer, std::vector<std::string> part_paths);
 
 inline uint64_t align_up_direct(uint64_t v) { return (v + kDirectAlign - 1) / kDirectAlign * kDirectAlign; }
 inline uint64_t align_down_direct(uint64_t v) { return v / kDirectAlign * kDirectAlign; }

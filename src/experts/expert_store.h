@@ -6,6 +6,7 @@
 // their memory afterwards. Calls for one layer are not interleaved with another layer's.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -35,12 +36,21 @@ struct ExpertLayerTensors {
   std::vector<Tensor> gate_each, up_each, down_each;  // legacy: one 2-D tensor per expert
 };
 
+// An expert's slices: its three matrices, then their biases (gpt-oss); length 0 when absent.
+enum ExpertPart { kGate, kUp, kDown, kGateBias, kUpBias, kDownBias, kExpertParts };
+using ExpertRanges = std::array<FileRange, kExpertParts>;
+
+// The one definition of a routed expert: its matrices and biases, in memory and in the files.
 struct ExpertLayout {
   int n_expert = 0;
   std::vector<ExpertLayerTensors> layers;  // indexed by layer; non-MoE layers are empty
   bool has_layer(int il) const { return il < static_cast<int>(layers.size()) && (layers[il].gate || !layers[il].gate_each.empty()); }
   // The weights of expert e read in place from the tensors' memory.
   ExpertWeights in_place(int il, int e) const;
+  // Where expert e of layer il lies in the model files, slice by slice.
+  ExpertRanges file_ranges(int il, int e) const;
+  // Bytes of every routed expert, biases included: what may stay on disk.
+  uint64_t routed_bytes() const;
 };
 
 struct ExpertStoreStats {

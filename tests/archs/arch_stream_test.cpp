@@ -38,7 +38,9 @@ std::vector<int32_t> prompt_tokens(const fs::path& json) {
   return nlohmann::json::parse(in)["tokens"].get<std::vector<int32_t>>();
 }
 
-// Bytes of one routed expert (gate + up + down slices) in the first layer that has experts.
+// Bytes of one routed expert (gate + up + down slices, and their biases where the file has them)
+// in the first layer that has experts, plus the widening of each slice to the direct-I/O
+// alignment at both ends.
 uint64_t expert_bytes(const std::string& path) {
   auto f = gguf::File::open(path);
   const int64_t n_layer = f->get_int(f->get_string("general.architecture") + ".block_count");
@@ -48,7 +50,8 @@ uint64_t expert_bytes(const std::string& path) {
     uint64_t sum = 0;
     for (const char* role : {"gate", "up", "down"}) {
       const gguf::TensorInfo& t = f->tensor(p + role + "_exps.weight");
-      sum += t.nbytes / t.ne[2];
+      sum += t.nbytes / t.ne[2] + 2 * 4096;
+      if (const gguf::TensorInfo* b = f->find_tensor(p + role + "_exps.bias")) sum += b->nbytes / b->ne[1] + 2 * 4096;
     }
     return sum;
   }
@@ -98,9 +101,8 @@ TEST_P(ArchStream, StreamedExpertsAreBitIdenticalToRam) {
 
   EngineOptions st = ram;
   st.experts = "stream";
-  // One slot more than a token needs; each slot is the expert's bytes widened to the direct-I/O
-  // alignment at both ends of its three reads, which this bound covers.
-  st.cache_bytes = (n_used + 1) * (expert_bytes(model.string()) + 3 * 2 * 4096);
+  // One slot more than a token needs.
+  st.cache_bytes = (n_used + 1) * expert_bytes(model.string());
   st.cold = true;
   st.lock_memory = false;
   st.cache_policy = c.policy;
@@ -174,7 +176,7 @@ TEST(StreamPolicy, NextUseBeatsLruOnPrefillSweeps) {
     o.lock_memory = false;
     o.cache_policy = policy;
     o.prefetch = false;
-    o.cache_bytes = static_cast<uint64_t>(spec.n_layer * spec.n_expert / 2) * (expert_bytes(model) + 3 * 4096);
+    o.cache_bytes = static_cast<uint64_t>(spec.n_layer * spec.n_expert / 2) * (expert_bytes(model) - 3 * 4096);
     auto engine = Engine::load(o);
     for (int pass = 0; pass < 4; ++pass) engine->new_session()->evaluate(prompt);
     return engine->expert_stats();
@@ -382,5 +384,40 @@ TEST(StreamMixed, CertainPrefetchesAreKeptUntilUsed) {
   EXPECT_EQ(set_stats.certain_issued, 0u);
   EXPECT_EQ(set_stats.prefetch_issued, 2u);
   EXPECT_EQ(set_misses, 2u) << "lru should have evicted the unreserved prefetches";
+}
+
+// One definition of a routed expert: the layout's file ranges cover every routed tensor of the
+// file (gpt-oss expert biases included) exactly, so the placement counts each tensor once, as
+// resident or as routed, and the stream store reads biases with their expert.
+TEST(RoutedExperts, EveryTensorIsResidentOrRoutedOnce) {
+  for (const char* name : {"gptoss-f32", "qwen3moe-f32", "deepseek4-q2"}) {
+    const fs::path path = fs::path(SLUICE_TESTDATA) / "reference" / (std::string(name) + ".gguf");
+    ASSERT_TRUE(fs::exists(path)) << path;
+    auto file = gguf::File::open(path.string());
+    auto model = load_model(*file);
+    EngineOptions o;
+    o.experts = "ram";
+    const ExpertPlan plan = plan_experts(*file, *model, o, 0);
+    uint64_t total = 0, biases = 0;
+    for (const auto& t : file->tensors()) {
+      total += t.nbytes;
+      if (t.name.find("_exps.bias") != std::string::npos) biases += t.nbytes;
+    }
+    EXPECT_EQ(plan.resident_bytes + plan.routed_bytes, total) << name;
+    const ExpertLayout& layout = model->expert_layout();
+    uint64_t bias_ranges = 0;
+    for (int il = 0; il < model->hparams().n_layer; ++il)
+      if (layout.has_layer(il))
+        for (int e = 0; e < layout.n_expert; ++e) {
+          const ExpertRanges r = layout.file_ranges(il, e);
+          bias_ranges += r[kGateBias].length + r[kUpBias].length + r[kDownBias].length;
+          // The ranges point at the bytes the tensors view through the mmap.
+          const gguf::TensorInfo* gate = file->find_tensor("blk." + std::to_string(il) + ".ffn_gate_exps.weight");
+          ASSERT_NE(gate, nullptr);
+          EXPECT_EQ(r[kGate].offset - gate->file_offset, static_cast<uint64_t>(layout.in_place(il, e).gate.data - gate->data));
+        }
+    EXPECT_EQ(bias_ranges, biases) << name;
+    if (std::string(name) == "gptoss-f32") EXPECT_GT(biases, 0u);
+  }
 }
 
