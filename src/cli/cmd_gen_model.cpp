@@ -49,6 +49,13 @@ int cmd_gen_model(int argc, char** argv) {
   auto* q_lora = app.add_option("--q-lora", o.q_lora_rank, "MLA query rank, 0 for a plain attn_q (deepseek2)");
   auto* kv_lora = app.add_option("--kv-lora", o.kv_lora_rank, "MLA KV latent rank (deepseek2)");
   auto* rope_dim = app.add_option("--rope-dim", o.rope_dim, "MLA rotated dims per head on top of --head-dim (deepseek2)");
+  auto* out_groups = app.add_option("--out-groups", o.n_out_groups, "attention output groups (deepseek4)");
+  auto* out_lora = app.add_option("--out-lora", o.out_lora_rank, "attention output LoRA rank per group (deepseek4)");
+  auto* window = app.add_option("--window", o.sliding_window, "sliding window (gpt-oss, deepseek4)");
+  auto* idx_heads = app.add_option("--indexer-heads", o.indexer_heads, "lightning indexer heads (deepseek4)");
+  auto* idx_dim = app.add_option("--indexer-dim", o.indexer_dim, "lightning indexer key length, a multiple of 64 (deepseek4)");
+  auto* idx_top_k = app.add_option("--indexer-top-k", o.indexer_top_k, "compressed rows the indexer selects (deepseek4)");
+  auto* hash_layers = app.add_option("--hash-layers", o.n_hash_layers, "first layers routed by token id (deepseek4)");
   auto* nextn = app.add_option("--nextn", o.n_nextn, "multi-token-prediction layers after the main ones (glm4moe)");
   auto* t_exp = app.add_option("--type-experts", type_experts, "routed expert weights type (default Q4_K)");
   auto* t_exp_down = app.add_option("--type-experts-down", type_experts_down,
@@ -89,6 +96,13 @@ int cmd_gen_model(int argc, char** argv) {
   take(kv_lora, s.kv_lora_rank, o.kv_lora_rank);
   take(rope_dim, s.rope_dim, o.rope_dim);
   take(nextn, s.n_nextn, o.n_nextn);
+  take(out_groups, s.n_out_groups, o.n_out_groups);
+  take(out_lora, s.out_lora_rank, o.out_lora_rank);
+  take(window, s.sliding_window, o.sliding_window);
+  take(idx_heads, s.indexer_heads, o.indexer_heads);
+  take(idx_dim, s.indexer_dim, o.indexer_dim);
+  take(idx_top_k, s.indexer_top_k, o.indexer_top_k);
+  take(hash_layers, s.n_hash_layers, o.n_hash_layers);
   take(zipf, s.zipf, o.zipf);
   take(seed, s.seed, o.seed);
   if (t_exp->count()) {
