@@ -90,6 +90,8 @@ struct ExpertStats {
   uint64_t requests = 0, hits = 0, misses = 0, bytes_read = 0;
   double read_seconds = 0, stall_seconds = 0;
   uint64_t prefetch_issued = 0, prefetch_used = 0;
+  uint64_t certain_issued = 0, certain_used = 0;  // of the prefetches: certain ones (hash-routed layers)
+  uint64_t cache_bytes = 0;  // the expert cache's memory (stream mode)
 };
 
 class Session;

@@ -29,7 +29,7 @@ int cmd_gen_model(int argc, char** argv) {
                "sluice gen-model"};
   std::string preset, out;
   GenSpec o;  // flag values; applied over the preset only when given
-  std::string type_experts, type_attn, type_embd, type_output, type_dense;
+  std::string type_experts, type_experts_down, mixed_experts, type_attn, type_embd, type_output, type_dense;
   app.add_option("--preset", preset, "model to imitate (see the list above)")->required();
   app.add_option("-o,--output", out, "GGUF file to write")->required();
   auto* layers = app.add_option("--layers", o.n_layer, "number of layers");
@@ -49,8 +49,20 @@ int cmd_gen_model(int argc, char** argv) {
   auto* q_lora = app.add_option("--q-lora", o.q_lora_rank, "MLA query rank, 0 for a plain attn_q (deepseek2)");
   auto* kv_lora = app.add_option("--kv-lora", o.kv_lora_rank, "MLA KV latent rank (deepseek2)");
   auto* rope_dim = app.add_option("--rope-dim", o.rope_dim, "MLA rotated dims per head on top of --head-dim (deepseek2)");
+  auto* out_groups = app.add_option("--out-groups", o.n_out_groups, "attention output groups (deepseek4)");
+  auto* out_lora = app.add_option("--out-lora", o.out_lora_rank, "attention output LoRA rank per group (deepseek4)");
+  auto* window = app.add_option("--window", o.sliding_window, "sliding window (gpt-oss, deepseek4)");
+  auto* idx_heads = app.add_option("--indexer-heads", o.indexer_heads, "lightning indexer heads (deepseek4)");
+  auto* idx_dim = app.add_option("--indexer-dim", o.indexer_dim, "lightning indexer key length, a multiple of 64 (deepseek4)");
+  auto* idx_top_k = app.add_option("--indexer-top-k", o.indexer_top_k, "compressed rows the indexer selects (deepseek4)");
+  auto* hash_layers = app.add_option("--hash-layers", o.n_hash_layers, "first layers routed by token id (deepseek4)");
   auto* nextn = app.add_option("--nextn", o.n_nextn, "multi-token-prediction layers after the main ones (glm4moe)");
   auto* t_exp = app.add_option("--type-experts", type_experts, "routed expert weights type (default Q4_K)");
+  auto* t_exp_down = app.add_option("--type-experts-down", type_experts_down,
+                                    "routed ffn_down_exps type (default: --type-experts, or the preset's)");
+  auto* t_mixed = app.add_option("--mixed-experts", mixed_experts,
+                                 "routed experts (gate, up, down) of the odd layers of this type, e.g. Q4_K among "
+                                 "IQ2_XXS/Q2_K layers: mixed expert sizes as in real 2-bit builds");
   auto* t_attn = app.add_option("--type-attn", type_attn, "attention weights type (default Q4_K, attn_v Q6_K)");
   auto* t_embd = app.add_option("--type-embd", type_embd, "token embedding type (default Q4_K)");
   auto* t_out = app.add_option("--type-output", type_output, "output head type (default Q6_K)");
@@ -84,9 +96,21 @@ int cmd_gen_model(int argc, char** argv) {
   take(kv_lora, s.kv_lora_rank, o.kv_lora_rank);
   take(rope_dim, s.rope_dim, o.rope_dim);
   take(nextn, s.n_nextn, o.n_nextn);
+  take(out_groups, s.n_out_groups, o.n_out_groups);
+  take(out_lora, s.out_lora_rank, o.out_lora_rank);
+  take(window, s.sliding_window, o.sliding_window);
+  take(idx_heads, s.indexer_heads, o.indexer_heads);
+  take(idx_dim, s.indexer_dim, o.indexer_dim);
+  take(idx_top_k, s.indexer_top_k, o.indexer_top_k);
+  take(hash_layers, s.n_hash_layers, o.n_hash_layers);
   take(zipf, s.zipf, o.zipf);
   take(seed, s.seed, o.seed);
-  if (t_exp->count()) s.type_experts = parse_type("--type-experts", type_experts);
+  if (t_exp->count()) {
+    s.type_experts = parse_type("--type-experts", type_experts);
+    s.type_experts_down.reset();
+  }
+  if (t_exp_down->count()) s.type_experts_down = parse_type("--type-experts-down", type_experts_down);
+  if (t_mixed->count()) s.type_experts_mixed = parse_type("--mixed-experts", mixed_experts);
   if (t_attn->count()) s.type_attn = s.type_attn_v = parse_type("--type-attn", type_attn);
   if (t_embd->count()) s.type_embd = parse_type("--type-embd", type_embd);
   if (t_out->count()) s.type_output = parse_type("--type-output", type_output);

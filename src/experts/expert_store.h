@@ -6,6 +6,7 @@
 // their memory afterwards. Calls for one layer are not interleaved with another layer's.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -35,12 +36,21 @@ struct ExpertLayerTensors {
   std::vector<Tensor> gate_each, up_each, down_each;  // legacy: one 2-D tensor per expert
 };
 
+// An expert's slices: its three matrices, then their biases (gpt-oss); length 0 when absent.
+enum ExpertPart { kGate, kUp, kDown, kGateBias, kUpBias, kDownBias, kExpertParts };
+using ExpertRanges = std::array<FileRange, kExpertParts>;
+
+// The one definition of a routed expert: its matrices and biases, in memory and in the files.
 struct ExpertLayout {
   int n_expert = 0;
   std::vector<ExpertLayerTensors> layers;  // indexed by layer; non-MoE layers are empty
   bool has_layer(int il) const { return il < static_cast<int>(layers.size()) && (layers[il].gate || !layers[il].gate_each.empty()); }
   // The weights of expert e read in place from the tensors' memory.
   ExpertWeights in_place(int il, int e) const;
+  // Where expert e of layer il lies in the model files, slice by slice.
+  ExpertRanges file_ranges(int il, int e) const;
+  // Bytes of every routed expert, biases included: what may stay on disk.
+  uint64_t routed_bytes() const;
 };
 
 struct ExpertStoreStats {
@@ -52,6 +62,18 @@ struct ExpertStoreStats {
   double stall_seconds = 0;   // time the forward pass waited for reads
   uint64_t prefetch_issued = 0;
   uint64_t prefetch_used = 0;  // prefetched experts later requested
+  uint64_t certain_issued = 0; // of prefetch_issued: certain predictions (hash-routed layers)
+  uint64_t certain_used = 0;   // of prefetch_used: certain predictions
+  uint64_t cache_bytes = 0;    // memory the store reads experts into (stream: the slot arena)
+};
+
+// What a prefetch knows about the experts it names.
+enum class PrefetchHint : uint8_t {
+  kRanked,   // one token's prediction, most likely first: the store may keep only the ranks whose
+             // measured precision pays for their reads
+  kSet,      // an unordered set of probable experts (several tokens' predictions)
+  kCertain,  // known to be needed (hash-routed layers pick experts by token id): read whatever
+             // the precision, and kept from eviction until the layer runs
 };
 
 class ExpertStore {
@@ -64,10 +86,9 @@ class ExpertStore {
   virtual bool next(int* index, ExpertWeights* w) = 0;
   // The layer's experts are no longer used by the caller.
   virtual void end() = 0;
-  // Experts layer `il` will probably need soon; a store may start reading them. `ranked`: the
-  // ids are one token's prediction, most likely first (the store may keep only the ranks whose
-  // measured precision pays for their reads); otherwise an unordered set.
-  virtual void prefetch(int il, std::span<const int32_t> ids, bool ranked) {}
+  // Experts layer `il` will probably (or, kCertain, surely) need soon; a store may start reading
+  // them.
+  virtual void prefetch(int il, std::span<const int32_t> ids, PrefetchHint hint) {}
   virtual ExpertStoreStats stats() const { return {}; }
   virtual std::string describe() const = 0;
 };

@@ -7,24 +7,6 @@
 
 namespace sluice {
 
-ExpertWeights ExpertLayout::in_place(int il, int e) const {
-  const ExpertLayerTensors& t = layers[il];
-  ExpertWeights w;
-  if (t.gate) {
-    w.gate = t.gate.slice(e);
-    w.up = t.up.slice(e);
-    w.down = t.down.slice(e);
-    if (t.gate_bias) w.gate_bias = t.gate_bias.f32() + static_cast<int64_t>(e) * t.gate_bias.ne[0];
-    if (t.up_bias) w.up_bias = t.up_bias.f32() + static_cast<int64_t>(e) * t.up_bias.ne[0];
-    if (t.down_bias) w.down_bias = t.down_bias.f32() + static_cast<int64_t>(e) * t.down_bias.ne[0];
-  } else {
-    w.gate = t.gate_each[e].mat();
-    w.up = t.up_each[e].mat();
-    w.down = t.down_each[e].mat();
-  }
-  return w;
-}
-
 namespace {
 
 class InPlaceStore final : public ExpertStore {

@@ -1,40 +1,18 @@
 // Streaming expert store: routed experts live on SSD and are read on demand into a fixed RAM
-// cache of equal-size slots (no fragmentation, a hard byte budget), with LRU or decayed-LFU
-// eviction, io_uring/O_DIRECT reads, lookahead prefetch and a persisted heat profile for warm
-// starts.
+// cache (the slot arena: one size class per expert size, a hard byte budget), with an eviction
+// policy (lru, lfu, nextuse), io_uring/O_DIRECT reads, precision-gated lookahead prefetch and a
+// persisted heat profile for warm starts.
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <vector>
 
+#include "experts/eviction.h"
+#include "experts/expert_file_map.h"
 #include "experts/expert_store.h"
 
 namespace sluice {
-
-// Where one slice (gate, up or down) of one expert lies in the model files.
-struct FileRange {
-  uint32_t part = 0;
-  uint64_t offset = 0;
-  uint64_t length = 0;
-};
-
-// File locations of every routed expert, indexed [layer · n_expert + expert][gate, up, down].
-struct ExpertFileMap {
-  std::vector<std::string> part_paths;
-  int n_layer = 0;
-  int n_expert = 0;
-  std::vector<std::array<FileRange, 3>> ranges;
-};
-
-// lru: least recently used. lfu: decayed use count (recency-weighted). nextuse: estimated layer
-// steps until the next use, from decayed frequency and layer order (see stream_store.cpp).
-enum class EvictionPolicy { kLru, kLfu, kNextUse };
-const char* policy_name(EvictionPolicy p);
-// Parses "lru", "lfu" or "nextuse"; throws naming the accepted values.
-EvictionPolicy parse_policy(const std::string& name);
 
 struct StreamOptions {
   uint64_t cache_bytes = 0;
@@ -46,10 +24,7 @@ struct StreamOptions {
   bool debug = false;             // one log line per hit and miss
 };
 
-// Bytes one cache slot needs: the largest expert with each slice widened to O_DIRECT alignment.
-uint64_t stream_slot_bytes(const ExpertFileMap& map);
-
-// Throws when the budget holds fewer slots than one token's experts of a layer.
+// Throws when the budget holds fewer slots of some expert size than one token's experts of a layer.
 std::unique_ptr<ExpertStore> make_stream_store(const ExpertLayout& layout, const ExpertFileMap& map,
                                                const StreamOptions& options, int n_expert_used);
 

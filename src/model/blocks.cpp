@@ -193,6 +193,7 @@ void moe_experts(ForwardContext& ctx, int il, const int32_t* ids, const float* w
   int64_t n_embd = 0;
   std::vector<float> slot_out;  // (n_tok·n_used, n_embd): each slot's weighted expert output
   ctx.experts.begin(il, experts);
+  ctx.issue_lookahead();
   int index = 0;
   ExpertWeights w;
   std::vector<float> xe, g, u, d;

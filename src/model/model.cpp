@@ -67,6 +67,7 @@ void Model::forward(ThreadPool& pool, const Batch& batch, KvCache& kv, std::vect
   begin_forward(ctx);
   for (int il = 0; il < hp_.n_layer; ++il) {
     layer(ctx, il, x.data());
+    ctx.issue_lookahead();
     if (n_streams == 1) ctx.dump("l_out", il, x.data(), n_embd);
   }
   for (const auto& [s, end] : seq_end) kv.set_length(s, std::max(kv.length(s), end));
@@ -125,7 +126,7 @@ void Model::prefetch_next(ForwardContext& ctx, int il, const float* x) {
     for (int e = 0; e < n_exp; ++e)
       if (chosen[e]) ids.push_back(e);
   }
-  ctx.experts.prefetch(next, ids, ctx.n_tok == 1);
+  ctx.lookahead = {next, std::move(ids), ctx.n_tok == 1 ? PrefetchHint::kRanked : PrefetchHint::kSet};
 }
 
 std::vector<std::string> supported_architectures() {

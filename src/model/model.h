@@ -52,6 +52,20 @@ struct ForwardContext {
   void dump(const char* name, int layer, const float* data, int64_t cols) const {
     if (hook && *hook) (*hook)(name, layer, data, n_tok, cols);
   }
+  // A router lookahead prediction waits here until the current layer's experts are pinned
+  // (right after its ExpertStore::begin, or at the end of a layer without routed experts), so
+  // the reads it starts can never evict an expert the current layer is about to use.
+  struct Lookahead {
+    int il = -1;
+    std::vector<int32_t> ids;
+    PrefetchHint hint = PrefetchHint::kSet;
+  };
+  Lookahead lookahead{};
+  void issue_lookahead() {
+    if (lookahead.il < 0) return;
+    experts.prefetch(lookahead.il, lookahead.ids, lookahead.hint);
+    lookahead.il = -1;
+  }
 };
 
 class Model {
@@ -90,7 +104,8 @@ class Model {
   // Shared by architectures: token embedding, final norm and output head (tied when absent).
   void load_embedding_and_head(const gguf::File& file);
   // Architectures register each MoE layer's FFN norm and router for lookahead prefetch, and call
-  // prefetch_next() with the residual stream x before running layer il's experts.
+  // prefetch_next() with the residual stream x before running layer il's experts; the prediction
+  // is issued once layer il's experts are pinned (ForwardContext::issue_lookahead).
   struct LookaheadRouter {
     Tensor norm;         // (n_embd) the layer's FFN RMSNorm weight
     Tensor gate_inp;     // (n_embd, n_expert)

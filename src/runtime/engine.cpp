@@ -92,7 +92,8 @@ bool Engine::is_eog(int32_t token) const { return impl_->tokenizer->is_eog(token
 
 ExpertStats Engine::expert_stats() const {
   ExpertStoreStats s = impl_->model->experts().stats();
-  return {s.requests, s.hits, s.misses, s.bytes_read, s.read_seconds, s.stall_seconds, s.prefetch_issued, s.prefetch_used};
+  return {s.requests, s.hits, s.misses, s.bytes_read, s.read_seconds, s.stall_seconds, s.prefetch_issued, s.prefetch_used,
+          s.certain_issued, s.certain_used, s.cache_bytes};
 }
 
 struct Session::Impl {

@@ -1,10 +1,9 @@
-// Expert placement: routed experts (ffn_*_exps and the legacy per-expert tensors) are the only
-// tensors that may stay on disk; everything else is resident. In auto mode the model runs in RAM
-// when resident + routed + KV fit the usable budget, streamed otherwise with a cache of the
-// usable budget minus resident weights, KV and a margin for activations and buffers (256 MiB, or
-// an eighth of a small budget). The
-// usable budget is 95 % of a hard limit (--mem-limit, a binding cgroup limit) and 80 % of
-// MemAvailable, which other processes share.
+// Expert placement: routed experts (ffn_*_exps with their biases, and the legacy per-expert
+// tensors) are the only tensors that may stay on disk; everything else is resident. In auto mode
+// the model runs in RAM when resident + routed + KV fit the usable budget, streamed otherwise with
+// a cache of the usable budget minus resident weights, KV and a margin for activations and buffers
+// (256 MiB, or an eighth of a small budget). The usable budget is 95 % of a hard limit
+// (--mem-limit, a binding cgroup limit) and 80 % of MemAvailable, which other processes share.
 #include "runtime/expert_setup.h"
 
 #include <sys/mman.h>
@@ -43,63 +42,11 @@ void populate(const void* data, uint64_t n) {
     madvise(reinterpret_cast<void*>(start), len, MADV_WILLNEED);
 }
 
-const gguf::TensorInfo& info_of(const gguf::File& f, const Tensor& t) {
-  for (const auto& ti : f.tensors())
-    if (ti.data == t.data) return ti;
-  fail("internal: expert tensor not found in the model file");
-}
-
-ExpertFileMap file_map(const gguf::File& f, const Model& m) {
-  const ExpertLayout& L = m.expert_layout();
-  ExpertFileMap map;
-  for (size_t i = 0; i < f.n_parts(); ++i) map.part_paths.push_back(f.part_path(i));
-  map.n_layer = m.hparams().n_layer;
-  map.n_expert = L.n_expert;
-  map.ranges.resize(static_cast<size_t>(map.n_layer) * map.n_expert);
-  for (int il = 0; il < map.n_layer; ++il) {
-    if (!L.has_layer(il)) continue;
-    const ExpertLayerTensors& t = L.layers[il];
-    for (int e = 0; e < L.n_expert; ++e) {
-      auto& r = map.ranges[static_cast<size_t>(il) * L.n_expert + e];
-      if (t.gate) {
-        const Tensor* parts[3] = {&t.gate, &t.up, &t.down};
-        for (int k = 0; k < 3; ++k) {
-          const gguf::TensorInfo& ti = info_of(f, *parts[k]);
-          r[k] = {ti.file_index, ti.file_offset + static_cast<uint64_t>(e) * parts[k]->slice_bytes(), parts[k]->slice_bytes()};
-        }
-      } else {
-        const Tensor* parts[3] = {&t.gate_each[e], &t.up_each[e], &t.down_each[e]};
-        for (int k = 0; k < 3; ++k) {
-          const gguf::TensorInfo& ti = info_of(f, *parts[k]);
-          r[k] = {ti.file_index, ti.file_offset, ti.nbytes};
-        }
-      }
-    }
-  }
-  return map;
-}
-
 // Multi-token-prediction layers (GLM's nextn) follow the model's layers in the file; the forward
 // pass never reads them, so they are neither resident nor streamed and cost no memory.
 bool unused_mtp(const std::string& name, const Model& m) {
   const std::optional<int> layer = layer_of(name);
   return layer && *layer >= m.hparams().n_layer;
-}
-
-uint64_t routed_bytes_of(const Model& m) {
-  const ExpertLayout& L = m.expert_layout();
-  uint64_t b = 0;
-  for (int il = 0; il < static_cast<int>(L.layers.size()); ++il) {
-    if (!L.has_layer(il)) continue;
-    const ExpertLayerTensors& t = L.layers[il];
-    if (t.gate) {
-      b += (t.gate.slice_bytes() + t.up.slice_bytes() + t.down.slice_bytes()) * static_cast<uint64_t>(L.n_expert);
-    } else {
-      for (int e = 0; e < L.n_expert; ++e)
-        b += t.gate_each[e].slice_bytes() + t.up_each[e].slice_bytes() + t.down_each[e].slice_bytes();
-    }
-  }
-  return b;
 }
 
 }  // namespace
@@ -119,7 +66,7 @@ std::string heat_profile_path(const std::string& model_path, uint64_t file_size)
 
 ExpertPlan plan_experts(const gguf::File& file, const Model& model, const EngineOptions& o, uint64_t kv_bytes) {
   ExpertPlan p;
-  p.routed_bytes = routed_bytes_of(model);
+  p.routed_bytes = model.expert_layout().routed_bytes();
   for (const auto& t : file.tensors())
     if (!unused_mtp(t.name, model) && classify_tensor(t.name) != TensorClass::RoutedExpert) p.resident_bytes += t.nbytes;
   uint64_t budget = o.mem_limit;
@@ -179,7 +126,10 @@ std::unique_ptr<ExpertStore> make_expert_store(const gguf::File& file, const Mod
   so.lock_memory = o.lock_memory;
   so.debug = o.debug;
   so.heat_path = heat_profile_path(o.model_path, file.total_size());
-  return make_stream_store(model.expert_layout(), file_map(file, model), so, model.hparams().n_expert_used);
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < file.n_parts(); ++i) parts.push_back(file.part_path(i));
+  return make_stream_store(model.expert_layout(), expert_file_map(model.expert_layout(), model.hparams().n_layer, parts), so,
+                           model.hparams().n_expert_used);
 }
 
 }  // namespace sluice

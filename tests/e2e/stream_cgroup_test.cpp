@@ -111,7 +111,10 @@ TEST_P(StreamCgroup, LogitsEqualInRamAndPeakWithinLimit) {
 // expert cache (128 MB for deepseek-v3, which peaks at ~113 MB when uncapped). The cut-down models keep their family's layout: MLA with q/kv LoRA, a dense first
 // layer and shared experts with 8-group routing (deepseek-v3, Q2_K experts); sinks, biases,
 // sliding window and MXFP4 experts (gpt-oss-120b); partial RoPE, biases, shared expert and an
-// unused nextn layer that must stay out of memory (glm-4.5-air).
+// unused nextn layer that must stay out of memory (glm-4.5-air). deepseek-v4-flash (314 MB, IQ2_XXS/
+// Q2_K experts) runs under a limit of less than half its file: hyper-connections, every layer
+// kind (window, ratio 4 with the indexer, ratio 128) and three hash layers whose experts are
+// prefetched with certainty.
 INSTANTIATE_TEST_SUITE_P(
     Models, StreamCgroup,
     ::testing::Values(
@@ -133,7 +136,12 @@ INSTANTIATE_TEST_SUITE_P(
         CgroupCase{"glm_45_air",
                    "--preset glm-4.5-air --layers 4 --experts 32 --embd 1024 --ff 2048 --ff-exp 1024 --heads 8 "
                    "--kv-heads 2",
-                   96ull << 20, "40MB"}),
+                   96ull << 20, "40MB"},
+        CgroupCase{"deepseek_v4_flash",
+                   "--preset deepseek-v4-flash --layers 6 --embd 1024 --heads 8 --head-dim 256 --rope-dim 64 --q-lora 256 "
+                   "--out-groups 2 --out-lora 256 --experts 48 --experts-used 6 --ff-exp 1024 --indexer-heads 8 "
+                   "--indexer-dim 128 --indexer-top-k 16 --window 32",
+                   144ull << 20, "48MB"}),
     [](const ::testing::TestParamInfo<CgroupCase>& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -205,7 +205,7 @@ TEST(GenMoePresets, CutDownFilesHaveTheLayoutKeysAndClasses) {
     const auto want = layout(s, n_dense);
     EXPECT_EQ(f->tensors().size(), want.size());
     ModelReport report = analyze_model(*f, SizingOptions{std::nullopt, uint64_t{1} << 30});
-    uint64_t routed = 0, routed_weights = 0, other = 0;
+    uint64_t routed = 0, other = 0;
     for (const auto& t : f->tensors()) {
       SCOPED_TRACE(t.name);
       auto it = want.find(t.name);
@@ -214,7 +214,6 @@ TEST(GenMoePresets, CutDownFilesHaveTheLayoutKeysAndClasses) {
       for (int i = 0; i < t.n_dims; ++i) EXPECT_EQ(t.ne[i], it->second.ne[i]);
       EXPECT_EQ(classify_tensor(t.name, report.first_mtp_layer), it->second.cls);
       if (it->second.cls == TensorClass::RoutedExpert) routed += t.nbytes;
-      if (it->second.cls == TensorClass::RoutedExpert && t.name.ends_with(".weight")) routed_weights += t.nbytes;
       if (it->second.cls == TensorClass::Other) other += t.nbytes;
       std::vector<float> y(static_cast<size_t>(t.n_elements()));
       dequantize_row(t.type, t.data, y.data(), t.n_elements());
@@ -262,10 +261,10 @@ TEST(GenMoePresets, CutDownFilesHaveTheLayoutKeysAndClasses) {
     // and the rope key only; gpt-oss: full length on windowed layers too; no MTP layers).
     EXPECT_EQ(load_model(*f)->make_kv_cache(16)->bytes_per_position(), report.kv.bytes_per_token);
 
-    // The engine streams the routed expert weights inspect counts (none of the nextn layer's);
-    // gpt-oss's per-expert biases, which inspect also counts as routed, it reads in place.
+    // The engine streams the routed experts inspect counts (none of the nextn layer's), gpt-oss's
+    // per-expert biases with their experts.
     auto engine = Engine::load({.model_path = path, .n_threads = 1, .n_ctx = 128});
-    EXPECT_EQ(engine->info().routed_bytes, routed_weights);
+    EXPECT_EQ(engine->info().routed_bytes, routed);
     EXPECT_EQ(engine->info().n_layer, s.n_layer);
     auto session = engine->new_session();
     const auto logits = session->evaluate(engine->tokenize("The quick brown fox jumps over the lazy dog.", true));
@@ -308,4 +307,196 @@ TEST(GenMoePresets, CutsKeepOneMoeLayerAndRejectBadGroups) {
   s = cut("glm-4.5-air");
   s.n_expert_shared = 0;
   EXPECT_NE(message(s).find("needs a shared expert"), std::string::npos);
+}
+
+namespace {
+
+// DeepSeek V4's tensors with their ggml shapes, classes and the types of ds4's 2-bit build, from
+// the fact sheet's table (shared/docs/deepseek4.md §3), independently of the writer.
+struct Ds4Want {
+  std::vector<int64_t> ne;
+  TensorClass cls;
+  GgmlType type;
+};
+
+std::map<std::string, Ds4Want> ds4_layout(const GenSpec& s) {
+  using C = TensorClass;
+  using T = GgmlType;
+  std::map<std::string, Ds4Want> t;
+  const int64_t d = s.n_embd, H = s.n_head, D = s.head_dim, Q = s.q_lora_rank, G = s.n_out_groups,
+                O = s.out_lora_rank, E = s.n_expert, K = s.n_expert_used, F = s.n_ff_exp, V = s.n_vocab, S = 4;
+  const int64_t Ih = s.indexer_heads, Id = s.indexer_dim;
+  t["token_embd.weight"] = {{d, V}, C::Embedding, T::F16};
+  t["output.weight"] = {{d, V}, C::Output, T::Q8_0};
+  t["output_norm.weight"] = {{d}, C::Norm, T::F32};
+  t["output_hc_fn.weight"] = {{S * d, S}, C::Other, T::F16};
+  t["output_hc_base.weight"] = {{S}, C::Other, T::F32};
+  t["output_hc_scale.weight"] = {{1}, C::Other, T::F32};
+  for (int il = 0; il < s.n_layer; ++il) {
+    const std::string p = "blk." + std::to_string(il) + ".";
+    auto add = [&](const std::string& name, std::vector<int64_t> ne, C c, T type) { t[p + name] = {std::move(ne), c, type}; };
+    const int r = il < 2 ? 0 : il % 2 == 0 ? 4 : 128;
+    for (const char* hc : {"hc_attn_", "hc_ffn_"}) {
+      add(std::string(hc) + "fn.weight", {S * d, (2 + S) * S}, C::Other, T::F16);
+      add(std::string(hc) + "base.weight", {(2 + S) * S}, C::Other, T::F32);
+      add(std::string(hc) + "scale.weight", {3}, C::Other, T::F32);
+    }
+    add("attn_norm.weight", {d}, C::Norm, T::F32);
+    add("attn_q_a.weight", {d, Q}, C::Attention, T::Q8_0);
+    add("attn_q_a_norm.weight", {Q}, C::Norm, T::F32);
+    add("attn_q_b.weight", {Q, H * D}, C::Attention, T::Q8_0);
+    add("attn_kv.weight", {d, D}, C::Attention, T::Q8_0);
+    add("attn_kv_a_norm.weight", {D}, C::Norm, T::F32);
+    add("attn_sinks.weight", {H}, C::Attention, T::F32);
+    add("attn_output_a.weight", {H * D / G, G * O}, C::Attention, T::Q8_0);
+    add("attn_output_b.weight", {G * O, d}, C::Attention, T::Q8_0);
+    if (r != 0) {
+      const int64_t c = r == 4 ? 2 : 1;
+      add("attn_compressor_kv.weight", {d, c * D}, C::Attention, T::F16);
+      add("attn_compressor_gate.weight", {d, c * D}, C::Attention, T::F16);
+      add("attn_compressor_ape.weight", {c * D, r}, C::Attention, T::F32);
+      add("attn_compressor_norm.weight", {D}, C::Norm, T::F32);
+    }
+    if (r == 4) {
+      add("indexer.attn_q_b.weight", {Q, Ih * Id}, C::Other, T::Q8_0);
+      add("indexer.proj.weight", {d, Ih}, C::Other, T::F16);
+      add("indexer_compressor_kv.weight", {d, 2 * Id}, C::Other, T::F16);
+      add("indexer_compressor_gate.weight", {d, 2 * Id}, C::Other, T::F16);
+      add("indexer_compressor_ape.weight", {2 * Id, 4}, C::Other, T::F32);
+      add("indexer_compressor_norm.weight", {Id}, C::Norm, T::F32);
+    }
+    add("ffn_norm.weight", {d}, C::Norm, T::F32);
+    add("ffn_gate_inp.weight", {d, E}, C::Router, T::F16);
+    if (il < s.n_hash_layers) add("ffn_gate_tid2eid.weight", {K, V}, C::Other, T::I32);
+    else add("exp_probs_b.bias", {E}, C::Router, T::F32);
+    const bool q4 = s.type_experts_mixed && il % 2 == 1;
+    add("ffn_gate_exps.weight", {d, F, E}, C::RoutedExpert, q4 ? T::Q4_K : T::IQ2_XXS);
+    add("ffn_up_exps.weight", {d, F, E}, C::RoutedExpert, q4 ? T::Q4_K : T::IQ2_XXS);
+    add("ffn_down_exps.weight", {F, d, E}, C::RoutedExpert, q4 ? T::Q4_K : T::Q2_K);
+    add("ffn_gate_shexp.weight", {d, F}, C::SharedExpert, T::Q8_0);
+    add("ffn_up_shexp.weight", {d, F}, C::SharedExpert, T::Q8_0);
+    add("ffn_down_shexp.weight", {F, d}, C::SharedExpert, T::Q8_0);
+  }
+  return t;
+}
+
+// Six layers (every layer kind, hash and non-hash) of the reference model's small dims.
+GenSpec ds4_cut() {
+  GenSpec s = gen_preset("deepseek-v4-flash");
+  s.n_layer = 6;
+  s.n_embd = 256;
+  s.n_head = 4;
+  s.head_dim = 128;
+  s.rope_dim = 32;
+  s.q_lora_rank = 128;
+  s.n_out_groups = 2;
+  s.out_lora_rank = 64;
+  s.sliding_window = 64;
+  s.indexer_heads = 16;
+  s.indexer_dim = 64;
+  s.indexer_top_k = 16;
+  s.n_expert = 16;
+  s.n_expert_used = 4;
+  s.n_ff_exp = 256;
+  s.n_vocab = 2048;
+  s.vocab_from = kVocab;
+  return s;
+}
+
+}  // namespace
+
+TEST(GenMoePresets, DeepSeekV4FlashPresetCarriesTheRealHyperparameters) {
+  const GenSpec s = gen_preset("deepseek-v4-flash");
+  EXPECT_EQ(s.arch, "deepseek4");
+  EXPECT_EQ(s.n_layer, 43);
+  EXPECT_EQ(s.n_embd, 4096);
+  EXPECT_EQ(s.n_head, 64);
+  EXPECT_EQ(s.head_dim, 512);
+  EXPECT_EQ(s.rope_dim, 64);
+  EXPECT_EQ(s.q_lora_rank, 1024);
+  EXPECT_EQ(s.n_out_groups, 8);
+  EXPECT_EQ(s.out_lora_rank, 1024);
+  EXPECT_EQ(s.sliding_window, 128);
+  EXPECT_EQ(s.indexer_heads, 64);
+  EXPECT_EQ(s.indexer_dim, 128);
+  EXPECT_EQ(s.indexer_top_k, 512);
+  EXPECT_EQ(s.n_expert, 256);
+  EXPECT_EQ(s.n_expert_used, 6);
+  EXPECT_EQ(s.n_ff_exp, 2048);
+  EXPECT_EQ(s.n_expert_shared, 1);
+  EXPECT_EQ(s.n_hash_layers, 3);
+  EXPECT_EQ(s.n_vocab, 129280);
+  EXPECT_EQ(s.n_ctx, 1048576);
+  EXPECT_FLOAT_EQ(s.compress_rope_base, 160000.0f);
+  EXPECT_FLOAT_EQ(s.yarn_factor, 16.0f);
+  EXPECT_EQ(s.yarn_orig_ctx, 65536);
+  EXPECT_FLOAT_EQ(s.expert_weights_scale, 1.5f);
+  EXPECT_FLOAT_EQ(s.swiglu_clamp, 10.0f);
+  EXPECT_EQ(s.type_experts, GgmlType::IQ2_XXS);
+  EXPECT_EQ(s.type_experts_down, GgmlType::Q2_K);
+}
+
+TEST(GenMoePresets, DeepSeekV4FlashCutDownHasTheConverterLayoutKeysTypesAndClasses) {
+  for (const bool mixed : {false, true}) {
+    SCOPED_TRACE(mixed ? "mixed experts" : "2-bit experts");
+    GenSpec s = ds4_cut();
+    s.preset += mixed ? "-mixed" : "";
+    if (mixed) s.type_experts_mixed = GgmlType::Q4_K;
+    const std::string path = write(s);
+    auto f = gguf::File::open(path);
+    const auto want = ds4_layout(s);
+    EXPECT_EQ(f->tensors().size(), want.size());
+    ModelReport report = analyze_model(*f, SizingOptions{std::nullopt, uint64_t{1} << 30});
+    uint64_t routed = 0;
+    for (const auto& t : f->tensors()) {
+      SCOPED_TRACE(t.name);
+      auto it = want.find(t.name);
+      ASSERT_NE(it, want.end()) << "unexpected tensor";
+      ASSERT_EQ(static_cast<size_t>(t.n_dims), it->second.ne.size());
+      for (int i = 0; i < t.n_dims; ++i) EXPECT_EQ(t.ne[i], it->second.ne[i]);
+      EXPECT_EQ(classify_tensor(t.name, report.first_mtp_layer), it->second.cls);
+      EXPECT_EQ(t.type, it->second.type) << type_name(t.type) << " vs " << type_name(it->second.type);
+      if (it->second.cls == TensorClass::RoutedExpert) routed += t.nbytes;
+    }
+    EXPECT_EQ(report.class_totals[static_cast<size_t>(TensorClass::RoutedExpert)], routed);
+    // Hash tables: K distinct valid expert ids per token id.
+    for (int il = 0; il < s.n_hash_layers; ++il) {
+      const gguf::TensorInfo& t = f->tensor("blk." + std::to_string(il) + ".ffn_gate_tid2eid.weight");
+      const int32_t* ids = reinterpret_cast<const int32_t*>(t.data);
+      for (int64_t v = 0; v < t.ne[1]; ++v) {
+        const int32_t* row = ids + v * t.ne[0];
+        for (int k = 0; k < t.ne[0]; ++k) {
+          ASSERT_GE(row[k], 0);
+          ASSERT_LT(row[k], s.n_expert);
+          for (int j = 0; j < k; ++j) ASSERT_NE(row[j], row[k]) << "token " << v;
+        }
+      }
+    }
+    const std::string a = "deepseek4.";
+    EXPECT_EQ(f->get_string("general.architecture"), "deepseek4");
+    EXPECT_EQ(f->get_int(a + "block_count"), 6);
+    EXPECT_EQ(f->get_int_array(a + "attention.compress_ratios"), (std::vector<int64_t>{0, 0, 4, 128, 4, 128, 0}));
+    EXPECT_EQ(f->get_int(a + "hash_layer_count"), 3);
+    EXPECT_EQ(f->get_int(a + "attention.head_count_kv"), 1);
+    EXPECT_EQ(f->get_int(a + "attention.key_length"), 128);
+    EXPECT_EQ(f->get_int(a + "attention.value_length"), 128);
+    EXPECT_EQ(f->get_int(a + "embedding_length_out"), 4 * 256);
+    EXPECT_EQ(f->get_int(a + "expert_gating_func"), 4);
+    EXPECT_EQ(f->get_int(a + "hyper_connection.count"), 4);
+    EXPECT_EQ(f->get_int(a + "attention.indexer.key_length"), 64);
+    EXPECT_EQ(f->get_float_array(a + "swiglu_clamp_exp"), std::vector<float>(6, 10.0f));
+    EXPECT_FLOAT_EQ(static_cast<float>(f->get_float(a + "attention.compress_rope_freq_base")), 160000.0f);
+    EXPECT_EQ(f->get_string(a + "rope.scaling.type"), "yarn");
+    for (const char* absent : {"feed_forward_length", "leading_dense_block_count", "expert_group_count", "vocab_size"})
+      EXPECT_FALSE(f->has(a + absent)) << absent;
+
+    // It loads through the deepseek4 architecture and runs; the engine streams what inspect
+    // counts as routed.
+    auto engine = Engine::load({.model_path = path, .n_threads = 1, .n_ctx = 128});
+    EXPECT_EQ(engine->info().routed_bytes, routed);
+    auto session = engine->new_session();
+    const auto logits = session->evaluate(engine->tokenize("The quick brown fox jumps over the lazy dog.", true));
+    ASSERT_EQ(logits.size(), 2048u);
+    for (float x : logits) ASSERT_TRUE(std::isfinite(x));
+  }
 }

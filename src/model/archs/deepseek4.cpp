@@ -230,7 +230,7 @@ class DeepSeek4 final : public Model {
       std::vector<int32_t> ids;
       for (int e = 0; e < hp_.n_expert; ++e)
         if (used[e]) ids.push_back(e);
-      ctx.experts.prefetch(il, ids, /*ranked=*/false);
+      ctx.experts.prefetch(il, ids, PrefetchHint::kCertain);
     }
   }
 

@@ -16,6 +16,7 @@
 #include "gguf/gguf.h"
 #include "model/gen/random_fill.h"
 #include "model/gen/zipf.h"
+#include "quant/dequant.h"
 
 namespace sluice::gen {
 
@@ -114,6 +115,8 @@ void ModelBuilder::arch_u32(const std::string& suffix, uint32_t v) {
 void ModelBuilder::arch_f32(const std::string& suffix, float v) {
   writer_.set(spec_.arch + "." + suffix, gguf::Value::f32(v));
 }
+
+void ModelBuilder::arch_value(const std::string& suffix, gguf::Value v) { writer_.set(spec_.arch + "." + suffix, std::move(v)); }
 
 void ModelBuilder::arch_bool(const std::string& suffix, bool v) {
   writer_.set(spec_.arch + "." + suffix, gguf::Value::boolean(v));
@@ -282,11 +285,18 @@ void ModelBuilder::router(int il, bool with_bias) {
   const std::string router = blk(il, "ffn_gate_inp.weight");
   const uint64_t seed = mix_seed(s.seed, hash_name(router));
   const int64_t n_embd = s.n_embd;
-  add(router, GgmlType::F32, {n_embd, s.n_expert}, [=](std::byte* dst, size_t bytes) {
+  const GgmlType type = s.type_router;
+  if (type != GgmlType::F32 && type != GgmlType::F16) fail("router type {} is not F32 or F16", type_name(type));
+  add(router, type, {n_embd, s.n_expert}, [=](std::byte* dst, size_t bytes) {
     Rng rng(seed);
     float* w = reinterpret_cast<float*>(dst);
+    uint16_t* h = reinterpret_cast<uint16_t*>(dst);
     for (size_t e = 0; e < row_scale.size(); ++e)
-      for (int64_t i = 0; i < n_embd; ++i) w[e * n_embd + i] = row_scale[e] * rng.normal();
+      for (int64_t i = 0; i < n_embd; ++i) {
+        const float v = row_scale[e] * rng.normal();
+        if (type == GgmlType::F32) w[e * n_embd + i] = v;
+        else h[e * n_embd + i] = fp32_to_fp16(v);
+      }
   });
   // Small against the logits' spread (≥ 1), so the Zipf popularity still decides.
   if (with_bias) weight(blk(il, "ffn_gate_inp.bias"), GgmlType::F32, {s.n_expert}, 0.1);
@@ -296,6 +306,26 @@ void ModelBuilder::sigmoid_moe(int il) {
   router(il, /*with_bias=*/false);
   selection_bias(il);
   experts(il, /*with_biases=*/false);
+}
+
+void ModelBuilder::hash_routing(int il) {
+  const GenSpec& s = spec_;
+  const std::string name = blk(il, "ffn_gate_tid2eid.weight");
+  const uint64_t seed = mix_seed(s.seed, hash_name(name));
+  const int n_expert = s.n_expert, k = s.n_expert_used;
+  add(name, GgmlType::I32, {k, n_vocab_}, [=](std::byte* dst, size_t bytes) {
+    Rng rng(seed);
+    int32_t* ids = reinterpret_cast<int32_t*>(dst);
+    for (size_t row = 0; row < bytes / 4 / k; ++row) {
+      int32_t* r = ids + row * k;
+      for (int j = 0; j < k; ++j) {
+        int32_t e;
+        do e = static_cast<int32_t>(rng.next() % n_expert);
+        while (std::find(r, r + j, e) != r + j);
+        r[j] = e;
+      }
+    }
+  });
 }
 
 void ModelBuilder::selection_bias(int il) { constant(blk(il, "exp_probs_b.bias"), {spec_.n_expert}, 0.0f); }
@@ -311,9 +341,12 @@ void ModelBuilder::experts(int il, bool with_biases) {
     }
     return;
   }
-  weight(blk(il, "ffn_gate_exps.weight"), fit_type(s.type_experts, s.n_embd), {s.n_embd, s.n_ff_exp, s.n_expert});
-  weight(blk(il, "ffn_up_exps.weight"), fit_type(s.type_experts, s.n_embd), {s.n_embd, s.n_ff_exp, s.n_expert});
-  weight(blk(il, "ffn_down_exps.weight"), fit_type(s.type_experts, s.n_ff_exp), {s.n_ff_exp, s.n_embd, s.n_expert});
+  const bool mixed = s.type_experts_mixed && il % 2 == 1;
+  const GgmlType gate_up = mixed ? *s.type_experts_mixed : s.type_experts;
+  const GgmlType down = mixed ? *s.type_experts_mixed : s.type_experts_down.value_or(s.type_experts);
+  weight(blk(il, "ffn_gate_exps.weight"), fit_type(gate_up, s.n_embd), {s.n_embd, s.n_ff_exp, s.n_expert});
+  weight(blk(il, "ffn_up_exps.weight"), fit_type(gate_up, s.n_embd), {s.n_embd, s.n_ff_exp, s.n_expert});
+  weight(blk(il, "ffn_down_exps.weight"), fit_type(down, s.n_ff_exp), {s.n_ff_exp, s.n_embd, s.n_expert});
   if (!with_biases) return;
   weight(blk(il, "ffn_gate_exps.bias"), GgmlType::F32, {s.n_ff_exp, s.n_expert}, 0.1);
   weight(blk(il, "ffn_up_exps.bias"), GgmlType::F32, {s.n_ff_exp, s.n_expert}, 0.1);

@@ -40,6 +40,7 @@ class ModelBuilder {
   void arch_u32(const std::string& suffix, uint32_t v);
   void arch_f32(const std::string& suffix, float v);
   void arch_bool(const std::string& suffix, bool v);
+  void arch_value(const std::string& suffix, gguf::Value v);
   // general.*, the tokenizer, and the hyperparameter keys all families share: context, embedding
   // and block sizes, head counts, RMS epsilon, RoPE base and (for MoE) expert counts.
   void common_keys();
@@ -70,13 +71,17 @@ class ModelBuilder {
   void moe(int il);
   // moe() with the selection bias of sigmoid routers (deepseek2, glm4moe) between them.
   void sigmoid_moe(int il);
-  // ffn_gate_inp (F32, Zipf-scaled rows); with_bias adds ffn_gate_inp.bias (gpt-oss).
+  // ffn_gate_inp (type_router, Zipf-scaled rows); with_bias adds ffn_gate_inp.bias (gpt-oss).
   void router(int il, bool with_bias);
+  // ffn_gate_tid2eid (I32, (n_expert_used, n_vocab)): each token id's n_expert_used distinct
+  // experts, uniformly drawn, for hash-routed layers (deepseek4).
+  void hash_routing(int il);
   // exp_probs_b.bias: the sigmoid routers' selection bias, zero (no correction learned yet), so
   // the Zipf popularity of the router rows alone decides the choice.
   void selection_bias(int il);
-  // Routed experts, merged ffn_*_exps tensors or, with spec.legacy_experts, one
-  // ffn_{gate,up,down}.E tensor per expert; with_biases adds ffn_*_exps.bias (gpt-oss).
+  // Routed experts, merged ffn_*_exps tensors (types: type_experts, type_experts_down, and
+  // type_experts_mixed on odd layers) or, with spec.legacy_experts, one ffn_{gate,up,down}.E
+  // tensor per expert; with_biases adds ffn_*_exps.bias (gpt-oss).
   void experts(int il, bool with_biases);
   // ffn_{gate,up,down}_shexp of n_expert_shared · n_ff_exp, type_dense (resident weights).
   void shared_expert(int il);

@@ -20,6 +20,7 @@ void gen_llama(ModelBuilder& b);  // llama dense and Mixtral experts (merged or 
 void gen_deepseek2(ModelBuilder& b);  // DeepSeek V3/R1, Kimi K2: MLA, shared experts
 void gen_gptoss(ModelBuilder& b);     // gpt-oss: biases, attention sinks, MXFP4 experts
 void gen_glm4moe(ModelBuilder& b);    // GLM-4.5/4.6: partial RoPE, shared expert, nextn layers
+void gen_deepseek4(ModelBuilder& b);  // DeepSeek V4: hyper-connections, compressed KV, hash layers
 
 const std::vector<GenArch>& gen_arch_registry();
 

@@ -125,7 +125,55 @@ GenSpec glm(std::string preset, std::string name, int n_layer, int n_embd, int n
   return s;
 }
 
+// DeepSeek-V4-Flash (config: 43 layers, d 4096, 64 heads, one shared K=V head of 512 with 64
+// rope dims, q LoRA 1024, output in 8 groups of LoRA 1024, window 128, indexer 64 × 128 top-512,
+// 256 experts of 2048 top-6 + 1 shared, sqrt-softplus routing scaled 1.5, SwiGLU clamp 10, 3 hash
+// layers, hc 4; window layers rope 10000, compressed ones 160000 with YaRN x16 over 65536). Types
+// as in ds4's 2-bit build: routed gate/up IQ2_XXS, down Q2_K; Q8_0 attention, shared expert and
+// head; F16 embedding, router, hc mixers, compressors and indexer weights; F32 norms and vectors.
+GenSpec deepseek_v4_flash(std::string preset) {
+  GenSpec s;
+  s.preset = std::move(preset);
+  s.arch = "deepseek4";
+  s.name = "DeepSeek-V4-Flash (random weights)";
+  s.n_layer = 43;
+  s.n_embd = 4096;
+  s.n_head = 64;
+  s.n_head_kv = 1;
+  s.head_dim = 512;
+  s.rope_dim = 64;
+  s.q_lora_rank = 1024;
+  s.n_out_groups = 8;
+  s.out_lora_rank = 1024;
+  s.sliding_window = 128;
+  s.indexer_heads = 64;
+  s.indexer_dim = 128;
+  s.indexer_top_k = 512;
+  s.n_hc = 4;
+  s.n_ff_exp = 2048;
+  s.n_expert = 256;
+  s.n_expert_used = 6;
+  s.n_expert_shared = 1;
+  s.n_hash_layers = 3;
+  s.expert_weights_norm = true;
+  s.expert_weights_scale = 1.5f;
+  s.swiglu_clamp = 10.0f;
+  s.n_vocab = 129280;
+  s.n_ctx = 1048576;
+  s.rope_base = 10000.0f;
+  s.compress_rope_base = 160000.0f;
+  s.yarn_factor = 16.0f;
+  s.yarn_orig_ctx = 65536;
+  s.rms_eps = 1e-6f;
+  s.type_experts = GgmlType::IQ2_XXS;
+  s.type_experts_down = GgmlType::Q2_K;
+  s.type_attn = s.type_attn_v = s.type_dense = s.type_output = GgmlType::Q8_0;
+  s.type_embd = s.type_router = s.type_aux = GgmlType::F16;
+  return s;
+}
+
 GenSpec make_preset(const std::string& name) {
+  if (name == "deepseek-v4-flash") return deepseek_v4_flash(name);
   if (name == "qwen3-30b-a3b") return qwen3_moe(name, "Qwen3-30B-A3B (random weights)", 48, 2048, 32, 6144, 768);
   if (name == "qwen3-235b-a22b") return qwen3_moe(name, "Qwen3-235B-A22B (random weights)", 94, 4096, 64, 12288, 1536);
   if (name == "deepseek-v3") {
@@ -246,6 +294,7 @@ const std::vector<GenArch>& gen_arch_registry() {
       {"deepseek2", gen_deepseek2},
       {"gpt-oss", gen_gptoss},
       {"glm4moe", gen_glm4moe},
+      {"deepseek4", gen_deepseek4},
   };
   return table;
 }
@@ -265,6 +314,8 @@ const std::vector<GenPreset>& gen_presets() {
       {"gpt-oss-20b", "gpt-oss, 24 layers, d 2880, 64 heads x 64, 8 KV, 32 experts top-4 (ff 2880), MXFP4"},
       {"gpt-oss-120b", "gpt-oss, 36 layers, d 2880, 64 heads x 64, 8 KV, 128 experts top-4 (ff 2880), MXFP4"},
       {"glm-4.5-air", "glm4moe, 46 layers (1 dense) + 1 nextn, d 4096, 96 heads x 128, 128 experts top-8 (ff 1408) + 1 shared"},
+      {"deepseek-v4-flash", "deepseek4, 43 layers, d 4096, 64 heads, K=V head 512, hc 4, 256 experts top-6 (ff 2048) + 1 shared, "
+                            "3 hash layers, IQ2_XXS/Q2_K"},
       {"glm-4.6", "glm4moe, 92 layers (3 dense) + 1 nextn, d 5120, 96 heads x 128, QK-norm, 160 experts top-8 (ff 1536) + 1 shared, Q2_K"},
   };
   return presets;
@@ -308,8 +359,9 @@ void validate(const GenSpec& s) {
   if (!(s.zipf >= 0) || !std::isfinite(s.zipf)) fail("--zipf {} must be a finite number ≥ 0", s.zipf);
   if (s.zipf > 0 && s.n_expert == 0) fail("--zipf needs a model with experts");
   const std::pair<const char*, GgmlType> types[] = {
-      {"--type-experts", s.type_experts}, {"--type-attn", s.type_attn}, {"--type-attn (attn_v)", s.type_attn_v},
-      {"--type-embd", s.type_embd},       {"--type-output", s.type_output}, {"--type-dense", s.type_dense}};
+      {"--type-experts", s.type_experts}, {"--type-experts-down", s.type_experts_down.value_or(s.type_experts)},
+      {"--mixed-experts", s.type_experts_mixed.value_or(s.type_experts)}, {"--type-attn", s.type_attn}, {"--type-attn (attn_v)", s.type_attn_v},
+      {"--type-embd", s.type_embd},       {"--type-aux", s.type_aux},       {"--type-output", s.type_output}, {"--type-dense", s.type_dense}};
   for (const auto& [flag, type] : types)
     if (std::string why = gen::undrawable_reason(type); !why.empty()) fail("{} {}: {}", flag, type_name(type), why);
 }

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,9 +61,27 @@ struct GenSpec {
   float yarn_beta_fast = 32.0f;
   float yarn_beta_slow = 1.0f;
   float yarn_log_mul = 0.0f;
+  // DeepSeek V4 (deepseek4): grouped low-rank output projection, hyper-connection streams, the
+  // lightning indexer of ratio-4 layers, hash-routed first layers, SwiGLU clamp. Layer kinds
+  // follow the real file: two window-only layers, then ratio 4 and 128 alternating.
+  int n_out_groups = 0;       // attention.output_group_count
+  int out_lora_rank = 0;      // attention.output_lora_rank
+  int n_hc = 0;               // hyper_connection.count
+  int indexer_heads = 0;
+  int indexer_dim = 0;
+  int indexer_top_k = 0;
+  int n_hash_layers = 0;      // first layers routed by token id (at most n_layer)
+  float compress_rope_base = 0.0f;
+  float swiglu_clamp = 0.0f;  // 0: no clamp keys
+  GgmlType type_router = GgmlType::F32;  // ffn_gate_inp
+  GgmlType type_aux = GgmlType::F16;     // deepseek4 hc mixers, compressors, indexer weights_proj
   bool tied_output = false;     // no output.weight: the head reuses token_embd
   bool legacy_experts = false;  // Mixtral's old blk.N.ffn_{gate,up,down}.E.weight layout
   GgmlType type_experts = GgmlType::Q4_K;
+  std::optional<GgmlType> type_experts_down;   // ffn_down_exps when it differs from gate/up
+  // Mixed expert sizes as in real 2-bit builds: the routed experts (gate, up and down) of the odd
+  // layers are of this type instead.
+  std::optional<GgmlType> type_experts_mixed;
   GgmlType type_attn = GgmlType::Q4_K;    // attn_q, attn_k, attn_output
   GgmlType type_attn_v = GgmlType::Q6_K;  // attn_v, one step up as in Q4_K_M files
   GgmlType type_embd = GgmlType::Q4_K;
