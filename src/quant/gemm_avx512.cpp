@@ -1,0 +1,323 @@
+// AVX-512 VNNI GEMM over GemmFormat weights (see gemm.h). Compiled with AVX-512 F/BW/VL/VNNI
+// flags; only reachable after dispatch has checked the CPU.
+//
+// Sixteen weight rows form a tile, one row per 32-bit lane: the tile is unpacked once into
+// "interleaved" order, where one 64-byte vector holds the same four values of all sixteen rows.
+// An activation row then needs only a broadcast of its four matching bytes, and one vpdpbusd
+// accumulates those four products for all sixteen rows at once; the tile is reused by every
+// activation row of the call, kCols rows at a time so each weight vector load serves kCols
+// dot products. Per group of 16 or 32 values the integer sums are scaled in float by the
+// group's weight scales (one per lane), so the output of a tile is sixteen finished dot
+// products per activation row, stored straight into y.
+// GCC 12's AVX-512 headers build some intrinsics on _mm512_undefined_*(), which -Wuninitialized
+// reports at every use (GCC bug 105593).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/aligned.h"
+#include "core/error.h"
+#include "quant/gemm.h"
+#include "quant/kernels.h"
+
+namespace sluice::avx512 {
+
+namespace {
+
+constexpr int kTileRows = 16;
+constexpr int kCols = 6;
+constexpr int kUnitDwords = kGemmUnit / 4;
+
+// Grow-only per-thread buffer (pool threads keep theirs across calls).
+class Scratch {
+ public:
+  std::byte* get(size_t bytes) {
+    if (buf_.size() < bytes) buf_ = AlignedBuffer(std::max(bytes, buf_.size() * 2));
+    return buf_.data();
+  }
+
+ private:
+  AlignedBuffer buf_;
+};
+thread_local Scratch t_packed;
+thread_local Scratch t_act;
+
+// 16x16 transpose of 32-bit elements: row r of in becomes lane r of every output vector.
+inline void transpose16(__m512i v[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+  }
+  // After these, u[4q + j] holds in each 128-bit lane L rows 4q..4q+3 of element 4L + j.
+  __m512i u[16];
+  for (int q = 0; q < 4; ++q) {
+    u[4 * q + 0] = _mm512_unpacklo_epi64(t[4 * q], t[4 * q + 2]);
+    u[4 * q + 1] = _mm512_unpackhi_epi64(t[4 * q], t[4 * q + 2]);
+    u[4 * q + 2] = _mm512_unpacklo_epi64(t[4 * q + 1], t[4 * q + 3]);
+    u[4 * q + 3] = _mm512_unpackhi_epi64(t[4 * q + 1], t[4 * q + 3]);
+  }
+  for (int j = 0; j < 4; ++j) {
+    const __m512i s0 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x44);
+    const __m512i s1 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xEE);
+    const __m512i s2 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x44);
+    const __m512i s3 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xEE);
+    v[j] = _mm512_shuffle_i32x4(s0, s2, 0x88);
+    v[4 + j] = _mm512_shuffle_i32x4(s0, s2, 0xDD);
+    v[8 + j] = _mm512_shuffle_i32x4(s1, s3, 0x88);
+    v[12 + j] = _mm512_shuffle_i32x4(s1, s3, 0xDD);
+  }
+}
+
+// Bytes of one packed unit: interleaved values, then scale[group][row], then bias[group][row].
+constexpr uint64_t unit_bytes(int groups, bool bias) {
+  return kGemmUnit * kTileRows + static_cast<uint64_t>(groups) * kTileRows * 4 * (bias ? 2 : 1);
+}
+
+// Unpacks rows [0, n_rows) of a tile (missing rows as zeros) into the interleaved layout.
+template <int kGroups, bool kBias>
+void pack_tile(const GemmFormat& f, const std::byte* w, uint64_t w_stride, int n_rows,
+               int64_t n_units, int last_groups, std::byte* out) {
+  constexpr int kGV = kGemmUnit / kGroups;
+  alignas(64) uint8_t u[kTileRows][kGemmUnit];
+  alignas(64) float sc[kTileRows][16];
+  alignas(64) float bi[kTileRows][16];
+  std::memset(sc, 0, sizeof sc);
+  std::memset(bi, 0, sizeof bi);
+  for (int64_t un = 0; un < n_units; ++un, out += unit_bytes(kGroups, kBias)) {
+    const int ng = un + 1 == n_units ? last_groups : kGroups;
+    for (int r = 0; r < kTileRows; ++r) {
+      if (r < n_rows) {
+        f.unpack(w + r * w_stride, un, ng, u[r], sc[r], bi[r]);
+        if (ng < kGroups) std::memset(u[r] + ng * kGV, 0, (kGroups - ng) * kGV);
+      } else {
+        std::memset(u[r], 0, kGemmUnit);
+      }
+    }
+    __m512i v[16];
+    for (int ch = 0; ch < kGemmUnit / 64; ++ch) {
+      for (int r = 0; r < kTileRows; ++r) v[r] = _mm512_load_si512(u[r] + 64 * ch);
+      transpose16(v);
+      for (int k = 0; k < 16; ++k) _mm512_store_si512(out + (16 * ch + k) * 64, v[k]);
+    }
+    auto store_per_group = [&](float (*src)[16], std::byte* dst) {
+      for (int r = 0; r < kTileRows; ++r) v[r] = _mm512_castps_si512(_mm512_load_ps(src[r]));
+      transpose16(v);
+      for (int g = 0; g < kGroups; ++g) _mm512_store_si512(dst + g * 64, v[g]);
+    };
+    store_per_group(sc, out + kGemmUnit * kTileRows);
+    if constexpr (kBias) store_per_group(bi, out + kGemmUnit * kTileRows + kGroups * 64);
+  }
+}
+
+// Per activation row, what the kernel needs beside the 8-bit values: the block scale (per unit
+// for Q8_K, per 32-value block for Q8_0), -offset * group sum (the integer start of each group's
+// sum) and, for formats with a bias, the group sum as a float.
+struct ActInfo {
+  float* xd;
+  int32_t* corr;
+  float* gsum;
+  int64_t n_scales;
+  int64_t n_groups;
+};
+
+template <bool kAct32, int kGV>
+void prepare_row(const std::byte* xr, int64_t n, int offset, bool bias, float* xd, int32_t* corr,
+                 float* gsum) {
+  if constexpr (kAct32) {
+    const auto* b = reinterpret_cast<const BlockQ8_0*>(xr);
+    for (int64_t i = 0; i < n / kQK; ++i) {
+      xd[i] = _cvtsh_ss(b[i].d);
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qs));
+      const __m256i s16 = _mm256_maddubs_epi16(_mm256_set1_epi8(1), q);
+      const __m256i s32 = _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
+      __m128i s = _mm_add_epi32(_mm256_castsi256_si128(s32), _mm256_extracti128_si256(s32, 1));
+      s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+      s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+      const int sum = _mm_cvtsi128_si32(s);
+      corr[i] = -offset * sum;
+      if (bias) gsum[i] = static_cast<float>(sum);
+    }
+  } else {
+    constexpr int kGroups = kGemmUnit / kGV;
+    const auto* b = reinterpret_cast<const BlockQ8K*>(xr);
+    for (int64_t i = 0; i < n / kQKK; ++i) {
+      xd[i] = b[i].d;
+      for (int g = 0; g < kGroups; ++g) {
+        const int sum = kGV == 16 ? b[i].bsums[g] : b[i].bsums[2 * g] + b[i].bsums[2 * g + 1];
+        corr[i * kGroups + g] = -offset * sum;
+        if (bias) gsum[i * kGroups + g] = static_cast<float>(sum);
+      }
+    }
+  }
+}
+
+template <bool kAct32, int kGV, bool kBias, int C>
+void tile_kernel(const std::byte* packed, int64_t n_units, int last_groups, const std::byte* x,
+                 uint64_t x_stride, const ActInfo& a, int64_t c0, float* y, uint64_t y_stride,
+                 __mmask16 mask) {
+  constexpr int kGroups = kGemmUnit / kGV;
+  constexpr int kDw = kGV / 4;
+  constexpr uint64_t kUnitX = kAct32 ? 8 * sizeof(BlockQ8_0) : sizeof(BlockQ8K);
+  constexpr uint64_t kGroupX = kAct32 ? sizeof(BlockQ8_0) : kGV;
+  constexpr uint64_t kQsOffset = kAct32 ? offsetof(BlockQ8_0, qs) : offsetof(BlockQ8K, qs);
+  const std::byte* xrow[C];
+  const float* xd[C];
+  const int32_t* corr[C];
+  const float* gsum[C];
+  for (int c = 0; c < C; ++c) {
+    xrow[c] = x + (c0 + c) * x_stride + kQsOffset;
+    xd[c] = a.xd + (c0 + c) * a.n_scales;
+    corr[c] = a.corr + (c0 + c) * a.n_groups;
+    gsum[c] = a.gsum + (c0 + c) * a.n_groups;
+  }
+  __m512 facc[C];
+  for (int c = 0; c < C; ++c) facc[c] = _mm512_setzero_ps();
+  for (int64_t un = 0; un < n_units; ++un) {
+    const std::byte* pq = packed + un * unit_bytes(kGroups, kBias);
+    const float* ps = reinterpret_cast<const float*>(pq + kGemmUnit * kTileRows);
+    const float* pb = ps + kGroups * kTileRows;
+    const int ng = un + 1 == n_units ? last_groups : kGroups;
+    __m512 sacc[C];
+    if constexpr (!kAct32)
+      for (int c = 0; c < C; ++c) sacc[c] = _mm512_setzero_ps();
+    for (int g = 0; g < ng; ++g) {
+      const int64_t gi = un * kGroups + g;
+      __m512i iacc[C];
+      for (int c = 0; c < C; ++c) iacc[c] = _mm512_set1_epi32(corr[c][gi]);
+      const uint64_t xoff = un * kUnitX + g * kGroupX;
+      for (int k = 0; k < kDw; ++k) {
+        const __m512i wv = _mm512_load_si512(pq + (g * kDw + k) * 64);
+        for (int c = 0; c < C; ++c) {
+          int32_t xv;
+          std::memcpy(&xv, xrow[c] + xoff + 4 * k, 4);
+          iacc[c] = _mm512_dpbusd_epi32(iacc[c], wv, _mm512_set1_epi32(xv));
+        }
+      }
+      const __m512 sc = _mm512_load_ps(ps + g * kTileRows);
+      if constexpr (kAct32) {
+        for (int c = 0; c < C; ++c) {
+          const __m512 p = _mm512_mul_ps(_mm512_cvtepi32_ps(iacc[c]), sc);
+          facc[c] = _mm512_fmadd_ps(p, _mm512_set1_ps(xd[c][gi]), facc[c]);
+        }
+      } else {
+        for (int c = 0; c < C; ++c) sacc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[c]), sc, sacc[c]);
+        if constexpr (kBias) {
+          const __m512 bi = _mm512_load_ps(pb + g * kTileRows);
+          for (int c = 0; c < C; ++c)
+            sacc[c] = _mm512_fnmadd_ps(bi, _mm512_set1_ps(gsum[c][gi]), sacc[c]);
+        }
+      }
+    }
+    if constexpr (!kAct32)
+      for (int c = 0; c < C; ++c) facc[c] = _mm512_fmadd_ps(sacc[c], _mm512_set1_ps(xd[c][un]), facc[c]);
+  }
+  for (int c = 0; c < C; ++c) _mm512_mask_storeu_ps(y + (c0 + c) * y_stride, mask, facc[c]);
+}
+
+template <bool kAct32, int kGV, bool kBias>
+void gemm_impl(const GemmFormat& f, int64_t n, const std::byte* w, uint64_t w_stride,
+               int64_t n_w, const std::byte* x, uint64_t x_stride, int64_t n_x, float* y,
+               uint64_t y_stride) {
+  constexpr int kGroups = kGemmUnit / kGV;
+  const int64_t n_units = (n + kGemmUnit - 1) / kGemmUnit;
+  const int64_t n_groups = n / kGV;
+  const int last_groups = static_cast<int>(n_groups - (n_units - 1) * kGroups);
+
+  ActInfo a;
+  a.n_scales = kAct32 ? n_groups : n_units;
+  a.n_groups = n_groups;
+  const uint64_t scale_bytes = static_cast<uint64_t>(n_x * a.n_scales) * sizeof(float);
+  const uint64_t group_bytes = static_cast<uint64_t>(n_x * n_groups) * 4;
+  std::byte* ab = t_act.get(scale_bytes + 2 * group_bytes);
+  a.xd = reinterpret_cast<float*>(ab);
+  a.corr = reinterpret_cast<int32_t*>(ab + scale_bytes);
+  a.gsum = reinterpret_cast<float*>(ab + scale_bytes + group_bytes);
+  for (int64_t c = 0; c < n_x; ++c) {
+    prepare_row<kAct32, kGV>(x + c * x_stride, n, f.offset, kBias, a.xd + c * a.n_scales,
+                             a.corr + c * n_groups, a.gsum + c * n_groups);
+  }
+
+  std::byte* packed = t_packed.get(n_units * unit_bytes(kGroups, kBias));
+  for (int64_t r0 = 0; r0 < n_w; r0 += kTileRows) {
+    const int rows = static_cast<int>(std::min<int64_t>(kTileRows, n_w - r0));
+    pack_tile<kGroups, kBias>(f, w + r0 * w_stride, w_stride, rows, n_units, last_groups, packed);
+    const __mmask16 mask = static_cast<__mmask16>((1u << rows) - 1);
+    float* yt = y + r0;
+    int64_t c0 = 0;
+    for (; c0 + kCols <= n_x; c0 += kCols) {
+      tile_kernel<kAct32, kGV, kBias, kCols>(packed, n_units, last_groups, x, x_stride, a, c0, yt,
+                                             y_stride, mask);
+    }
+    switch (n_x - c0) {
+      case 5:
+        tile_kernel<kAct32, kGV, kBias, 5>(packed, n_units, last_groups, x, x_stride, a, c0, yt, y_stride, mask);
+        break;
+      case 4:
+        tile_kernel<kAct32, kGV, kBias, 4>(packed, n_units, last_groups, x, x_stride, a, c0, yt, y_stride, mask);
+        break;
+      case 3:
+        tile_kernel<kAct32, kGV, kBias, 3>(packed, n_units, last_groups, x, x_stride, a, c0, yt, y_stride, mask);
+        break;
+      case 2:
+        tile_kernel<kAct32, kGV, kBias, 2>(packed, n_units, last_groups, x, x_stride, a, c0, yt, y_stride, mask);
+        break;
+      case 1:
+        tile_kernel<kAct32, kGV, kBias, 1>(packed, n_units, last_groups, x, x_stride, a, c0, yt, y_stride, mask);
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+}  // namespace
+
+void gemm(const GemmFormat& f, int64_t n, const void* w, uint64_t w_stride, int64_t n_w,
+          const void* x, uint64_t x_stride, int64_t n_x, float* y, uint64_t y_stride) {
+  const auto* wb = static_cast<const std::byte*>(w);
+  const auto* xb = static_cast<const std::byte*>(x);
+  if (f.act_type == GgmlType::Q8_0 && f.group_values == 32 && !f.has_bias) {
+    return gemm_impl<true, 32, false>(f, n, wb, w_stride, n_w, xb, x_stride, n_x, y, y_stride);
+  }
+  if (f.act_type == GgmlType::Q8_K && n % kGemmUnit == 0) {
+    if (f.group_values == 32 && f.has_bias)
+      return gemm_impl<false, 32, true>(f, n, wb, w_stride, n_w, xb, x_stride, n_x, y, y_stride);
+    if (f.group_values == 32)
+      return gemm_impl<false, 32, false>(f, n, wb, w_stride, n_w, xb, x_stride, n_x, y, y_stride);
+    if (f.group_values == 16 && f.has_bias)
+      return gemm_impl<false, 16, true>(f, n, wb, w_stride, n_w, xb, x_stride, n_x, y, y_stride);
+    if (f.group_values == 16)
+      return gemm_impl<false, 16, false>(f, n, wb, w_stride, n_w, xb, x_stride, n_x, y, y_stride);
+  }
+  fail("gemm: unsupported format (activations {}, {}-value groups, bias {}, n {})",
+       type_name(f.act_type), f.group_values, f.has_bias, n);
+}
+
+template <GgmlType kType>
+void gemm_of(int64_t n, const void* w, uint64_t w_stride, int64_t n_w, const void* x,
+             uint64_t x_stride, int64_t n_x, float* y, uint64_t y_stride) {
+  static const GemmFormat& f = *gemm_format(kType);
+  gemm(f, n, w, w_stride, n_w, x, x_stride, n_x, y, y_stride);
+}
+
+GemmFn gemm_kernel(GgmlType weight) {
+  switch (weight) {
+    case GgmlType::Q4_K: return gemm_of<GgmlType::Q4_K>;
+    case GgmlType::Q5_K: return gemm_of<GgmlType::Q5_K>;
+    case GgmlType::Q6_K: return gemm_of<GgmlType::Q6_K>;
+    case GgmlType::Q2_K: return gemm_of<GgmlType::Q2_K>;
+    case GgmlType::Q3_K: return gemm_of<GgmlType::Q3_K>;
+    case GgmlType::IQ4_XS: return gemm_of<GgmlType::IQ4_XS>;
+    case GgmlType::Q8_0: return gemm_of<GgmlType::Q8_0>;
+    case GgmlType::MXFP4: return gemm_of<GgmlType::MXFP4>;
+    default: return nullptr;
+  }
+}
+
+}  // namespace sluice::avx512
