@@ -30,6 +30,8 @@ namespace sluice::avx512 {
 namespace {
 
 constexpr int kTileRows = 16;
+// Loops over the kCols activation rows and the dwords of a group carry "#pragma GCC unroll": the
+// accumulators must live in registers, and -O2 leaves such loops rolled over stack arrays.
 constexpr int kCols = 6;
 constexpr int kUnitDwords = kGemmUnit / 4;
 
@@ -50,18 +52,21 @@ thread_local Scratch t_act;
 // 16x16 transpose of 32-bit elements: row r of in becomes lane r of every output vector.
 inline void transpose16(__m512i v[16]) {
   __m512i t[16];
+  #pragma GCC unroll 16
   for (int i = 0; i < 8; ++i) {
     t[2 * i] = _mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
     t[2 * i + 1] = _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
   }
   // After these, u[4q + j] holds in each 128-bit lane L rows 4q..4q+3 of element 4L + j.
   __m512i u[16];
+  #pragma GCC unroll 16
   for (int q = 0; q < 4; ++q) {
     u[4 * q + 0] = _mm512_unpacklo_epi64(t[4 * q], t[4 * q + 2]);
     u[4 * q + 1] = _mm512_unpackhi_epi64(t[4 * q], t[4 * q + 2]);
     u[4 * q + 2] = _mm512_unpacklo_epi64(t[4 * q + 1], t[4 * q + 3]);
     u[4 * q + 3] = _mm512_unpackhi_epi64(t[4 * q + 1], t[4 * q + 3]);
   }
+  #pragma GCC unroll 16
   for (int j = 0; j < 4; ++j) {
     const __m512i s0 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x44);
     const __m512i s1 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xEE);
@@ -91,6 +96,7 @@ void pack_tile(const GemmFormat& f, const std::byte* w, uint64_t w_stride, int n
   std::memset(bi, 0, sizeof bi);
   for (int64_t un = 0; un < n_units; ++un, out += unit_bytes(kGroups, kBias)) {
     const int ng = un + 1 == n_units ? last_groups : kGroups;
+    #pragma GCC unroll 16
     for (int r = 0; r < kTileRows; ++r) {
       if (r < n_rows) {
         f.unpack(w + r * w_stride, un, ng, u[r], sc[r], bi[r]);
@@ -101,11 +107,14 @@ void pack_tile(const GemmFormat& f, const std::byte* w, uint64_t w_stride, int n
     }
     __m512i v[16];
     for (int ch = 0; ch < kGemmUnit / 64; ++ch) {
+      #pragma GCC unroll 16
       for (int r = 0; r < kTileRows; ++r) v[r] = _mm512_load_si512(u[r] + 64 * ch);
       transpose16(v);
+      #pragma GCC unroll 16
       for (int k = 0; k < 16; ++k) _mm512_store_si512(out + (16 * ch + k) * 64, v[k]);
     }
     auto store_per_group = [&](float (*src)[16], std::byte* dst) {
+      #pragma GCC unroll 16
       for (int r = 0; r < kTileRows; ++r) v[r] = _mm512_castps_si512(_mm512_load_ps(src[r]));
       transpose16(v);
       for (int g = 0; g < kGroups; ++g) _mm512_store_si512(dst + g * 64, v[g]);
@@ -170,6 +179,7 @@ void tile_kernel(const std::byte* packed, int64_t n_units, int last_groups, cons
   const float* xd[C];
   const int32_t* corr[C];
   const float* gsum[C];
+  #pragma GCC unroll 16
   for (int c = 0; c < C; ++c) {
     xrow[c] = x + (c0 + c) * x_stride + kQsOffset;
     xd[c] = a.xd + (c0 + c) * a.n_scales;
@@ -177,6 +187,7 @@ void tile_kernel(const std::byte* packed, int64_t n_units, int last_groups, cons
     gsum[c] = a.gsum + (c0 + c) * a.n_groups;
   }
   __m512 facc[C];
+  #pragma GCC unroll 16
   for (int c = 0; c < C; ++c) facc[c] = _mm512_setzero_ps();
   for (int64_t un = 0; un < n_units; ++un) {
     const std::byte* pq = packed + un * unit_bytes(kGroups, kBias);
@@ -185,14 +196,18 @@ void tile_kernel(const std::byte* packed, int64_t n_units, int last_groups, cons
     const int ng = un + 1 == n_units ? last_groups : kGroups;
     __m512 sacc[C];
     if constexpr (!kAct32)
+      #pragma GCC unroll 16
       for (int c = 0; c < C; ++c) sacc[c] = _mm512_setzero_ps();
     for (int g = 0; g < ng; ++g) {
       const int64_t gi = un * kGroups + g;
       __m512i iacc[C];
+      #pragma GCC unroll 16
       for (int c = 0; c < C; ++c) iacc[c] = _mm512_set1_epi32(corr[c][gi]);
       const uint64_t xoff = un * kUnitX + g * kGroupX;
+      #pragma GCC unroll 16
       for (int k = 0; k < kDw; ++k) {
         const __m512i wv = _mm512_load_si512(pq + (g * kDw + k) * 64);
+        #pragma GCC unroll 16
         for (int c = 0; c < C; ++c) {
           int32_t xv;
           std::memcpy(&xv, xrow[c] + xoff + 4 * k, 4);
@@ -201,22 +216,27 @@ void tile_kernel(const std::byte* packed, int64_t n_units, int last_groups, cons
       }
       const __m512 sc = _mm512_load_ps(ps + g * kTileRows);
       if constexpr (kAct32) {
+        #pragma GCC unroll 16
         for (int c = 0; c < C; ++c) {
           const __m512 p = _mm512_mul_ps(_mm512_cvtepi32_ps(iacc[c]), sc);
           facc[c] = _mm512_fmadd_ps(p, _mm512_set1_ps(xd[c][gi]), facc[c]);
         }
       } else {
+        #pragma GCC unroll 16
         for (int c = 0; c < C; ++c) sacc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[c]), sc, sacc[c]);
         if constexpr (kBias) {
           const __m512 bi = _mm512_load_ps(pb + g * kTileRows);
+          #pragma GCC unroll 16
           for (int c = 0; c < C; ++c)
             sacc[c] = _mm512_fnmadd_ps(bi, _mm512_set1_ps(gsum[c][gi]), sacc[c]);
         }
       }
     }
     if constexpr (!kAct32)
+      #pragma GCC unroll 16
       for (int c = 0; c < C; ++c) facc[c] = _mm512_fmadd_ps(sacc[c], _mm512_set1_ps(xd[c][un]), facc[c]);
   }
+  #pragma GCC unroll 16
   for (int c = 0; c < C; ++c) _mm512_mask_storeu_ps(y + (c0 + c) * y_stride, mask, facc[c]);
 }
 
