@@ -188,7 +188,7 @@ void BM_Types(benchmark::State& st) {
 BENCHMARK(BM_VecDot)->ArgNames({"avx2"})->Arg(0)->Arg(1);
 BENCHMARK(BM_Matmul)
     ->ArgNames({"avx2", "tokens", "threads"})
-    ->ArgsProduct({{0, 1, 2}, {1, 8, 32, 64, 512}, {1, 2}})
+    ->ArgsProduct({{0, 1, 2}, {1, 3, 4, 8, 32, 64, 512}, {1, 2}})
     ->UseRealTime();
 BENCHMARK(BM_Types)->ArgNames({"avx2", "type"})->ArgsProduct({{0, 1}, {0, 1, 2, 3, 4, 5, 6, 7}});
 BENCHMARK(BM_Cold)

@@ -52,4 +52,10 @@ void mxfp4(const void* row, int64_t unit, int n_groups, uint8_t* u, float* scale
 // The format of a weight type, or null when the type has no unpacker.
 const GemmFormat* gemm_format(GgmlType weight);
 
+namespace avx512 {
+// The unpacker the AVX-512 GEMM uses for a weight type: an AVX-512 twin of the portable one for
+// the hot types, the portable one otherwise; null for types without a GemmFormat.
+GemmUnpackFn gemm_unpacker(GgmlType weight);
+}  // namespace avx512
+
 }  // namespace sluice

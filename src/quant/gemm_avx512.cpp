@@ -79,6 +79,100 @@ inline void transpose16(__m512i v[16]) {
   }
 }
 
+// AVX-512 twins of the hot unpackers of gemm_unpack.cpp (same output bytes; a unit test compares
+// them): the portable ones call the out-of-line fp16 conversion and unpack scales byte by byte,
+// which cost as much as the GEMM itself on expert batches of a few dozen tokens.
+void unpack_q4_K(const void* row, int64_t unit, int, uint8_t* u, float* scale, float* bias) {
+  const BlockQ4K& b = static_cast<const BlockQ4K*>(row)[unit];
+  // Scales and mins of sub-blocks 0..3 are the low six bits of bytes 0..3 and 4..7; those of 4..7
+  // take their low nibbles from bytes 8..11 and their top two bits from the tops of bytes 0..7.
+  uint32_t w[3];
+  std::memcpy(w, b.scales, 12);
+  const uint32_t sc_lo = w[0] & 0x3F3F3F3Fu;
+  const uint32_t m_lo = w[1] & 0x3F3F3F3Fu;
+  const uint32_t sc_hi = (w[2] & 0x0F0F0F0Fu) | ((w[0] >> 2) & 0x30303030u);
+  const uint32_t m_hi = ((w[2] >> 4) & 0x0F0F0F0Fu) | ((w[1] >> 2) & 0x30303030u);
+  const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, sc_hi, sc_lo)));
+  const __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, m_hi, m_lo)));
+  _mm256_storeu_ps(scale, _mm256_mul_ps(sc, _mm256_set1_ps(_cvtsh_ss(b.d))));
+  _mm256_storeu_ps(bias, _mm256_mul_ps(m, _mm256_set1_ps(_cvtsh_ss(b.dmin))));
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * c));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(u + 64 * c), _mm256_and_si256(v, low4));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(u + 64 * c + 32),
+                       _mm256_and_si256(_mm256_srli_epi16(v, 4), low4));
+  }
+}
+
+void unpack_q5_K(const void* row, int64_t unit, int, uint8_t* u, float* scale, float* bias) {
+  const BlockQ5K& b = static_cast<const BlockQ5K*>(row)[unit];
+  uint32_t w[3];
+  std::memcpy(w, b.scales, 12);
+  const uint32_t sc_lo = w[0] & 0x3F3F3F3Fu;
+  const uint32_t m_lo = w[1] & 0x3F3F3F3Fu;
+  const uint32_t sc_hi = (w[2] & 0x0F0F0F0Fu) | ((w[0] >> 2) & 0x30303030u);
+  const uint32_t m_hi = ((w[2] >> 4) & 0x0F0F0F0Fu) | ((w[1] >> 2) & 0x30303030u);
+  const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, sc_hi, sc_lo)));
+  const __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, m_hi, m_lo)));
+  _mm256_storeu_ps(scale, _mm256_mul_ps(sc, _mm256_set1_ps(_cvtsh_ss(b.d))));
+  _mm256_storeu_ps(bias, _mm256_mul_ps(m, _mm256_set1_ps(_cvtsh_ss(b.dmin))));
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i one = _mm256_set1_epi8(1);
+  const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh));
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * c));
+    // Bit j of qh[l] is the fifth bit of value l of sub-block j (2c low nibbles, 2c+1 high).
+    const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4);
+    const __m256i h1 =
+        _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(u + 64 * c),
+                       _mm256_or_si256(_mm256_and_si256(v, low4), h0));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(u + 64 * c + 32),
+                       _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), low4), h1));
+  }
+}
+
+void unpack_q6_K(const void* row, int64_t unit, int, uint8_t* u, float* scale, float*) {
+  const BlockQ6K& b = static_cast<const BlockQ6K*>(row)[unit];
+  const __m512 sc = _mm512_cvtepi32_ps(
+      _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales))));
+  _mm512_storeu_ps(scale, _mm512_mul_ps(sc, _mm512_set1_ps(_cvtsh_ss(b.d))));
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i two = _mm256_set1_epi8(3);
+#pragma GCC unroll 2
+  for (int half = 0; half < 2; ++half) {
+    const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * half));
+    const __m256i l1 =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * half + 32));
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * half));
+    // Quarter k: low nibble from l0 (k even) or l1 (k odd), low half for k < 2; bits 2k, 2k+1 of
+    // qh as bits 4, 5.
+    const __m256i lo[4] = {_mm256_and_si256(l0, low4), _mm256_and_si256(l1, low4),
+                           _mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
+                           _mm256_and_si256(_mm256_srli_epi16(l1, 4), low4)};
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      const __m256i hi =
+          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), two), 4);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(u + 128 * half + 32 * k),
+                         _mm256_or_si256(lo[k], hi));
+    }
+  }
+}
+
+void unpack_q8_0(const void* row, int64_t unit, int n_groups, uint8_t* u, float* scale, float*) {
+  const BlockQ8_0* b = static_cast<const BlockQ8_0*>(row) + unit * (kGemmUnit / kQK);
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  for (int g = 0; g < n_groups; ++g) {
+    scale[g] = _cvtsh_ss(b[g].d);
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[g].qs));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(u + kQK * g), _mm256_xor_si256(q, flip));
+  }
+}
+
 // Bytes of one packed unit: interleaved values, then scale[group][row], then bias[group][row].
 constexpr uint64_t unit_bytes(int groups, bool bias) {
   return kGemmUnit * kTileRows + static_cast<uint64_t>(groups) * kTileRows * 4 * (bias ? 2 : 1);
@@ -319,12 +413,33 @@ void gemm(const GemmFormat& f, int64_t n, const void* w, uint64_t w_stride, int6
        type_name(f.act_type), f.group_values, f.has_bias, n);
 }
 
+GemmUnpackFn gemm_unpacker(GgmlType weight) {
+  switch (weight) {
+    case GgmlType::Q4_K: return unpack_q4_K;
+    case GgmlType::Q5_K: return unpack_q5_K;
+    case GgmlType::Q6_K: return unpack_q6_K;
+    case GgmlType::Q8_0: return unpack_q8_0;
+    default: {
+      const GemmFormat* f = gemm_format(weight);
+      return f ? f->unpack : nullptr;
+    }
+  }
+}
+
+namespace {
+
 template <GgmlType kType>
 void gemm_of(int64_t n, const void* w, uint64_t w_stride, int64_t n_w, const void* x,
              uint64_t x_stride, int64_t n_x, float* y, uint64_t y_stride) {
-  static const GemmFormat& f = *gemm_format(kType);
+  static const GemmFormat f = [] {
+    GemmFormat g = *gemm_format(kType);
+    g.unpack = gemm_unpacker(kType);
+    return g;
+  }();
   gemm(f, n, w, w_stride, n_w, x, x_stride, n_x, y, y_stride);
 }
+
+}  // namespace
 
 GemmFn gemm_kernel(GgmlType weight) {
   switch (weight) {

@@ -362,3 +362,28 @@ TEST(Gemm, MatchesScalarVecDot) {
     }
   }
 }
+
+// The AVX-512 unpackers write exactly the bytes, scales and biases of their portable twins.
+TEST(Gemm, Avx512UnpackersMatchPortable) {
+  if (!cpu_has_avx512()) GTEST_SKIP() << "CPU lacks AVX-512 F/BW/VL/VNNI";
+  std::mt19937 rng(34);
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q2_K,
+                     GgmlType::Q3_K, GgmlType::IQ4_XS, GgmlType::Q8_0, GgmlType::MXFP4}) {
+    const GemmFormat& f = *gemm_format(t);
+    const GemmUnpackFn fast = avx512::gemm_unpacker(t);
+    ASSERT_NE(fast, nullptr) << type_name(t);
+    const int groups = kGemmUnit / f.group_values;
+    for (int rep = 0; rep < 16; ++rep) {
+      const auto row = random_row(t, 2 * kGemmUnit, rng);
+      for (int64_t unit = 0; unit < 2; ++unit) {
+        alignas(64) uint8_t u0[kGemmUnit], u1[kGemmUnit];
+        float s0[16] = {}, s1[16] = {}, b0[16] = {}, b1[16] = {};
+        f.unpack(row.data(), unit, groups, u0, s0, b0);
+        fast(row.data(), unit, groups, u1, s1, b1);
+        EXPECT_EQ(0, std::memcmp(u0, u1, kGemmUnit)) << type_name(t) << " unit " << unit;
+        EXPECT_EQ(0, std::memcmp(s0, s1, sizeof s0)) << type_name(t) << " unit " << unit;
+        EXPECT_EQ(0, std::memcmp(b0, b1, sizeof b0)) << type_name(t) << " unit " << unit;
+      }
+    }
+  }
+}
