@@ -4,7 +4,8 @@
 //   VecDot   one thread, dot of every row with one activation row; the matrix stays in L2.
 //   Matmul   the op on the pool, 1 token (decode) and 64 tokens (prefill / expert batch); the
 //            matrix (0.84 MiB) stays in cache between iterations.
-//   Cold     the op with 1 token over 256 MiB of distinct matrices, so weights come from DRAM.
+//   Cold     the op with 1 and 32 tokens (an expert batch) over 256 MiB of distinct matrices, so
+//            weights come from DRAM.
 //   Types    VecDot for the other types with AVX2 kernels (same shape), for comparison.
 #include <benchmark/benchmark.h>
 
@@ -154,12 +155,13 @@ void BM_Cold(benchmark::State& st) {
     return b;
   }();
   ThreadPool pool(static_cast<int>(st.range(2)));
-  const auto x = activations(1);
-  std::vector<float> y(kOut);
+  const int64_t n_tokens = st.range(1);
+  const auto x = activations(n_tokens);
+  std::vector<float> y(static_cast<size_t>(kOut * n_tokens));
   uint64_t m = 0;
   for (auto _ : st) {
     const MatView w{GgmlType::Q4_K, kIn, kOut, cold.data() + m * kMatBytes, kRowBytes};
-    matmul(pool, w, x.data(), 1, y.data(), isa_arg(st));
+    matmul(pool, w, x.data(), n_tokens, y.data(), isa_arg(st));
     benchmark::ClobberMemory();
     m = (m + 1) % n_mats;
   }
@@ -193,7 +195,7 @@ BENCHMARK(BM_Matmul)
 BENCHMARK(BM_Types)->ArgNames({"avx2", "type"})->ArgsProduct({{0, 1}, {0, 1, 2, 3, 4, 5, 6, 7}});
 BENCHMARK(BM_Cold)
     ->ArgNames({"avx2", "tokens", "threads"})
-    ->ArgsProduct({{0, 1}, {1}, {1, 2}})
+    ->ArgsProduct({{0, 1, 2}, {1, 32}, {1, 2}})
     ->UseRealTime();
 
 // Console output plus, at the end, the AVX2 / scalar speed ratio of each configuration.

@@ -32,7 +32,7 @@ namespace {
 constexpr int kTileRows = 16;
 // Loops over the kCols activation rows and the dwords of a group carry "#pragma GCC unroll": the
 // accumulators must live in registers, and -O2 leaves such loops rolled over stack arrays.
-constexpr int kCols = 6;
+constexpr int kCols = 8;
 constexpr int kUnitDwords = kGemmUnit / 4;
 
 // Grow-only per-thread buffer (pool threads keep theirs across calls).
@@ -361,6 +361,13 @@ void gemm_impl(const GemmFormat& f, int64_t n, const std::byte* w, uint64_t w_st
   for (int64_t r0 = 0; r0 < n_w; r0 += kTileRows) {
     const int rows = static_cast<int>(std::min<int64_t>(kTileRows, n_w - r0));
     pack_tile<kGroups, kBias>(f, w + r0 * w_stride, w_stride, rows, n_units, last_groups, packed);
+    // The next tile's rows are fetched into L2 while this one is multiplied: weights of a large
+    // or freshly loaded matrix come from DRAM, and unpacking would otherwise wait on each line.
+    const int64_t next_rows = std::min<int64_t>(kTileRows, n_w - r0 - kTileRows);
+    for (int64_t r = 0; r < next_rows; ++r) {
+      const char* p = reinterpret_cast<const char*>(w + (r0 + kTileRows + r) * w_stride);
+      for (uint64_t off = 0; off < w_stride; off += 64) _mm_prefetch(p + off, _MM_HINT_T1);
+    }
     const __mmask16 mask = static_cast<__mmask16>((1u << rows) - 1);
     float* yt = y + r0;
     int64_t c0 = 0;
@@ -369,6 +376,12 @@ void gemm_impl(const GemmFormat& f, int64_t n, const std::byte* w, uint64_t w_st
                                              y_stride, mask);
     }
     switch (n_x - c0) {
+      case 7:
+        tile_kernel<kAct32, kGV, kBias, 7>(packed, n_units, last_groups, x, x_stride, a, c0, yt, y_stride, mask);
+        break;
+      case 6:
+        tile_kernel<kAct32, kGV, kBias, 6>(packed, n_units, last_groups, x, x_stride, a, c0, yt, y_stride, mask);
+        break;
       case 5:
         tile_kernel<kAct32, kGV, kBias, 5>(packed, n_units, last_groups, x, x_stride, a, c0, yt, y_stride, mask);
         break;

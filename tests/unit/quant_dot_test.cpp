@@ -326,7 +326,7 @@ TEST(Gemm, MatchesScalarVecDot) {
     if (type_traits(t).block_elems == kQK) ns.push_back(288);
     for (int64_t n : ns) {
       for (int64_t n_w : {1, 16, 21}) {
-        for (int64_t n_x : {1, 5, 6, 13}) {
+        for (int64_t n_x : {1, 5, 8, 13}) {
           const uint64_t w_stride = row_bytes(t, static_cast<uint64_t>(n)) + 16;
           const uint64_t x_stride = row_bytes(v.vec_dot_type, static_cast<uint64_t>(n)) + 8;
           std::vector<uint8_t> w(w_stride * n_w), xq(x_stride * n_x);
