@@ -1,10 +1,11 @@
 // Matmul throughput on a 2048 x 768 Q4_K matrix (one Qwen3-30B-A3B expert projection): GB/s of
-// weights streamed, scalar vs AVX2 in one run, with the AVX2/scalar ratio printed at the end.
+// weights streamed, scalar vs AVX2 vs AVX-512 in one run, with the AVX2/scalar ratio printed at the end.
 // Decode is bound by weight bandwidth, so GB/s is the number that predicts tokens per second:
 //   VecDot   one thread, dot of every row with one activation row; the matrix stays in L2.
 //   Matmul   the op on the pool, 1 token (decode) and 64 tokens (prefill / expert batch); the
 //            matrix (0.84 MiB) stays in cache between iterations.
-//   Cold     the op with 1 token over 256 MiB of distinct matrices, so weights come from DRAM.
+//   Cold     the op with 1 and 32 tokens (an expert batch) over 256 MiB of distinct matrices, so
+//            weights come from DRAM.
 //   Types    VecDot for the other types with AVX2 kernels (same shape), for comparison.
 #include <benchmark/benchmark.h>
 
@@ -92,13 +93,18 @@ std::vector<float> activations(int64_t n_tokens) {
   return x;
 }
 
+// Kernel-set argument: 0 scalar, 1 AVX2, 2 AVX-512 (the AVX2 kernels plus the VNNI GEMM).
 Isa isa_arg(benchmark::State& st) {
-  return st.range(0) ? Isa::Avx2 : Isa::Scalar;
+  return st.range(0) == 2 ? Isa::Avx512 : st.range(0) == 1 ? Isa::Avx2 : Isa::Scalar;
 }
 
 bool skip_unsupported(benchmark::State& st) {
   if (isa_arg(st) == Isa::Avx2 && !cpu_has_avx2()) {
     st.SkipWithError("CPU lacks AVX2/FMA/F16C");
+    return true;
+  }
+  if (isa_arg(st) == Isa::Avx512 && !cpu_has_avx512()) {
+    st.SkipWithError("CPU lacks AVX-512 F/BW/VL/VNNI");
     return true;
   }
   return false;
@@ -149,12 +155,13 @@ void BM_Cold(benchmark::State& st) {
     return b;
   }();
   ThreadPool pool(static_cast<int>(st.range(2)));
-  const auto x = activations(1);
-  std::vector<float> y(kOut);
+  const int64_t n_tokens = st.range(1);
+  const auto x = activations(n_tokens);
+  std::vector<float> y(static_cast<size_t>(kOut * n_tokens));
   uint64_t m = 0;
   for (auto _ : st) {
     const MatView w{GgmlType::Q4_K, kIn, kOut, cold.data() + m * kMatBytes, kRowBytes};
-    matmul(pool, w, x.data(), 1, y.data(), isa_arg(st));
+    matmul(pool, w, x.data(), n_tokens, y.data(), isa_arg(st));
     benchmark::ClobberMemory();
     m = (m + 1) % n_mats;
   }
@@ -183,12 +190,12 @@ void BM_Types(benchmark::State& st) {
 BENCHMARK(BM_VecDot)->ArgNames({"avx2"})->Arg(0)->Arg(1);
 BENCHMARK(BM_Matmul)
     ->ArgNames({"avx2", "tokens", "threads"})
-    ->ArgsProduct({{0, 1}, {1, 64}, {1, 2}})
+    ->ArgsProduct({{0, 1, 2}, {1, 3, 4, 8, 32, 64, 512}, {1, 2}})
     ->UseRealTime();
 BENCHMARK(BM_Types)->ArgNames({"avx2", "type"})->ArgsProduct({{0, 1}, {0, 1, 2, 3, 4, 5, 6, 7}});
 BENCHMARK(BM_Cold)
     ->ArgNames({"avx2", "tokens", "threads"})
-    ->ArgsProduct({{0, 1}, {1}, {1, 2}})
+    ->ArgsProduct({{0, 1, 2}, {1, 32}, {1, 2}})
     ->UseRealTime();
 
 // Console output plus, at the end, the AVX2 / scalar speed ratio of each configuration.

@@ -2,6 +2,7 @@
 // without a kernel in one set falls back to the scalar kernel of the same type, not to dequantize.
 #include "quant/dispatch.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -25,13 +26,48 @@ Isa select_isa(bool cpu_avx2, const char* no_simd_env) {
   return cpu_avx2 && !forced_scalar ? Isa::Avx2 : Isa::Scalar;
 }
 
+bool cpu_has_avx512() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  return cpu_has_avx2() && __builtin_cpu_supports("avx512f") &&
+         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512vnni");
+#else
+  return false;
+#endif
+}
+
+Isa select_isa(bool cpu_avx2, bool cpu_avx512, const char* no_simd_env, const char* isa_env) {
+  Isa cap = Isa::Avx512;
+  if (isa_env && *isa_env) {
+    if (std::strcmp(isa_env, "scalar") == 0) {
+      cap = Isa::Scalar;
+    } else if (std::strcmp(isa_env, "avx2") == 0) {
+      cap = Isa::Avx2;
+    } else if (std::strcmp(isa_env, "avx512") != 0) {
+      fail("SLUICE_ISA is '{}'; expected scalar, avx2 or avx512", isa_env);
+    }
+  }
+  const Isa base = select_isa(cpu_avx2, no_simd_env);
+  if (base == Isa::Avx2 && cpu_avx512 && cap == Isa::Avx512) return Isa::Avx512;
+  return std::min(base, cap);
+}
+
 Isa active_isa() {
-  static const Isa isa = select_isa(cpu_has_avx2(), std::getenv("SLUICE_NO_SIMD"));
+  static const Isa isa = select_isa(cpu_has_avx2(), cpu_has_avx512(), std::getenv("SLUICE_NO_SIMD"),
+                                    std::getenv("SLUICE_ISA"));
   return isa;
 }
 
 const char* isa_name(Isa isa) {
-  return isa == Isa::Avx2 ? "avx2" : "scalar";
+  switch (isa) {
+    case Isa::Avx512:
+      return "avx512";
+    case Isa::Avx2:
+      return "avx2";
+    default:
+      return "scalar";
+  }
 }
 
 namespace {
@@ -147,19 +183,33 @@ DotKernels avx2_kernels(GgmlType weight) {
   return k;
 }
 
+// The AVX2 set plus the VNNI GEMM for the types that have a GemmFormat.
+DotKernels avx512_kernels(GgmlType weight) {
+  DotKernels k = avx2_kernels(weight);
+  k.gemm = avx512::gemm_kernel(weight);
+  return k;
+}
+
 }  // namespace
 
 DotKernels dot_kernels(GgmlType weight, Isa isa) {
-  return isa == Isa::Avx2 ? avx2_kernels(weight) : scalar_kernels(weight);
+  switch (isa) {
+    case Isa::Avx512:
+      return avx512_kernels(weight);
+    case Isa::Avx2:
+      return avx2_kernels(weight);
+    default:
+      return scalar_kernels(weight);
+  }
 }
 
 void quantize_row_q8_0(const float* x, void* y, int64_t n) {
-  if (active_isa() == Isa::Avx2) return avx2::quantize_row_q8_0(x, y, n);
+  if (active_isa() >= Isa::Avx2) return avx2::quantize_row_q8_0(x, y, n);
   scalar::quantize_row_q8_0(x, y, n);
 }
 
 void quantize_row_q8_K(const float* x, void* y, int64_t n) {
-  if (active_isa() == Isa::Avx2) return avx2::quantize_row_q8_K(x, y, n);
+  if (active_isa() >= Isa::Avx2) return avx2::quantize_row_q8_K(x, y, n);
   scalar::quantize_row_q8_K(x, y, n);
 }
 

@@ -1,7 +1,8 @@
 // Runtime choice of dot-product kernels. Each weight type maps to the activation format its dot
 // kernel reads (its "vec-dot type") and to the kernel itself; the AVX2 set is used when the CPU has
 // AVX2 and FMA and SLUICE_NO_SIMD is not set, so one binary runs everywhere and tests can force the
-// scalar reference path.
+// scalar reference path. The AVX-512 set (AVX2 kernels plus the VNNI GEMM) is used when the CPU
+// also has AVX-512 F/BW/VL/VNNI; SLUICE_ISA=scalar|avx2|avx512 caps the choice for comparisons.
 #pragma once
 
 #include <cstdint>
@@ -11,13 +12,19 @@
 
 namespace sluice {
 
-enum class Isa { Scalar, Avx2 };
+enum class Isa { Scalar, Avx2, Avx512 };
 
 // Whether this CPU can run the AVX2 set (AVX2, FMA and F16C).
 bool cpu_has_avx2();
 // The set a process uses given the CPU and the value of SLUICE_NO_SIMD (null when unset). Any
 // value other than "" and "0" forces scalar.
 Isa select_isa(bool cpu_avx2, const char* no_simd_env);
+// Whether this CPU can run the AVX-512 set: the AVX2 set plus AVX-512 F, BW, VL and VNNI.
+bool cpu_has_avx512();
+// The set given the CPU, SLUICE_NO_SIMD and SLUICE_ISA (null when unset): SLUICE_ISA names the
+// highest set to use ("scalar", "avx2" or "avx512"; a CPU without it gets the best it has).
+// Throws sluice::Error for any other SLUICE_ISA value.
+Isa select_isa(bool cpu_avx2, bool cpu_avx512, const char* no_simd_env, const char* isa_env);
 // select_isa for this process, decided on first use and fixed afterwards.
 Isa active_isa();
 const char* isa_name(Isa isa);
@@ -33,6 +40,8 @@ struct DotKernels {
   VecDotFn f32_dot;
   // Several activation rows per weight row; null where vec_dot per row is as fast.
   VecDotMultiFn vec_dot_multi = nullptr;
+  // Tiles of weight rows x any number of activation rows; null where the set has none.
+  GemmFn gemm = nullptr;
 };
 
 // Kernels for weights of the given type. Throws sluice::Error for types that hold no real numbers

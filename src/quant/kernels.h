@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "quant/blocks.h"
+#include "quant/types.h"
 
 namespace sluice {
 
@@ -23,6 +24,12 @@ using QuantizeRowFn = void (*)(const float* x, void* y, int64_t n);
 using VecDotMultiFn = void (*)(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x,
                                float* out);
 inline constexpr int kMaxDotRows = 4;
+
+// Dot products of a tile: n_w weight rows (w + r * w_stride bytes) with n_x activation rows (x + c
+// * x_stride bytes, in the weight type's vec-dot format) into y[c * y_stride + r]. Unlike
+// VecDotMultiFn, any n_x: the weight rows are unpacked once per call (see quant/gemm.h).
+using GemmFn = void (*)(int64_t n, const void* w, uint64_t w_stride, int64_t n_w, const void* x,
+                        uint64_t x_stride, int64_t n_x, float* y, uint64_t y_stride);
 
 // Activation quantizers zero blocks whose largest magnitude is below this (see act_quant.cpp).
 inline constexpr float kMinActivationAmax = 1e-30f;
@@ -87,5 +94,16 @@ void vec_dot_q5_K_multi(int64_t n, const void* w, const void* x, uint64_t x_stri
 void vec_dot_q6_K_multi(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x,
                         float* out);
 }  // namespace avx2
+
+struct GemmFormat;
+
+// Compiled with AVX-512 F/BW/VL/VNNI (plus the AVX2 flags); only reachable after dispatch has
+// checked the CPU. The set uses the AVX2 dot kernels and adds the GEMM.
+namespace avx512 {
+void gemm(const GemmFormat& f, int64_t n, const void* w, uint64_t w_stride, int64_t n_w,
+          const void* x, uint64_t x_stride, int64_t n_x, float* y, uint64_t y_stride);
+// gemm through the weight type's GemmFormat (quant/gemm.h); null for types without one.
+GemmFn gemm_kernel(GgmlType weight);
+}  // namespace avx512
 
 }  // namespace sluice

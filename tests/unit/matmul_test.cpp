@@ -1,6 +1,6 @@
 // matmul against a naive reference (dequantized weights, the same activation quantization, double
 // accumulation) for every weight type, token counts 1 / 3 / 17, odd row counts, fewer rows than
-// threads, padded row strides, both kernel sets, and the errors it must raise.
+// threads, padded row strides, every kernel set this CPU has, and the errors it must raise.
 #include "ops/matmul.h"
 
 #include <gtest/gtest.h>
@@ -89,6 +89,7 @@ void check(GgmlType t, int64_t n_in, int64_t n_out, int64_t n_tokens, int thread
 std::vector<Isa> isas() {
   std::vector<Isa> v{Isa::Scalar};
   if (cpu_has_avx2()) v.push_back(Isa::Avx2);
+  if (cpu_has_avx512()) v.push_back(Isa::Avx512);
   return v;
 }
 

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "kernel_test_util.h"
 #include "quant/dispatch.h"
+#include "quant/gemm.h"
 #include "quant/kernels.h"
 
 using namespace sluice;
@@ -257,7 +258,21 @@ TEST(Dispatch, SluiceNoSimdForcesScalar) {
   EXPECT_EQ(select_isa(false, nullptr), Isa::Scalar);
   // The process-wide choice follows the same rule for this run's environment, so running the
   // suite with SLUICE_NO_SIMD=1 sends every matmul test through the scalar kernels.
-  EXPECT_EQ(active_isa(), select_isa(cpu_has_avx2(), std::getenv("SLUICE_NO_SIMD")));
+  EXPECT_EQ(active_isa(), select_isa(cpu_has_avx2(), cpu_has_avx512(),
+                                     std::getenv("SLUICE_NO_SIMD"), std::getenv("SLUICE_ISA")));
+}
+
+TEST(Dispatch, SluiceIsaCapsTheSet) {
+  EXPECT_EQ(select_isa(true, true, nullptr, nullptr), Isa::Avx512);
+  EXPECT_EQ(select_isa(true, false, nullptr, nullptr), Isa::Avx2);
+  EXPECT_EQ(select_isa(false, false, nullptr, nullptr), Isa::Scalar);
+  EXPECT_EQ(select_isa(true, true, nullptr, "avx2"), Isa::Avx2);
+  EXPECT_EQ(select_isa(true, true, nullptr, "scalar"), Isa::Scalar);
+  EXPECT_EQ(select_isa(true, true, nullptr, ""), Isa::Avx512);
+  EXPECT_EQ(select_isa(true, false, nullptr, "avx512"), Isa::Avx2);
+  EXPECT_EQ(select_isa(true, true, "1", "avx512"), Isa::Scalar);
+  EXPECT_THROW(select_isa(true, true, nullptr, "avx-512"), Error);
+  EXPECT_STREQ(isa_name(Isa::Avx512), "avx512");
 }
 
 // Multi-row kernels against the scalar single-row kernel, for every row count they accept, with
@@ -290,6 +305,84 @@ TEST(VecDotMulti, MatchesScalarPerRow) {
           EXPECT_NEAR(out[k], want, 2 * float_tolerance(refs[k], n / type_traits(t).block_elems))
               << type_name(t) << " n " << n << " n_x " << n_x << " row " << k;
         }
+      }
+    }
+  }
+}
+
+// The GEMM against the scalar single-row kernel for every (weight row, activation row) pair: tile
+// sizes below, at and above the 16-row tile, activation counts around the kernel's column block,
+// padded strides, and (for 32-value types) a row length that ends in a partial 256-value unit.
+TEST(Gemm, MatchesScalarVecDot) {
+  if (!cpu_has_avx512()) GTEST_SKIP() << "CPU lacks AVX-512 F/BW/VL/VNNI";
+  std::mt19937 rng(33);
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q2_K,
+                     GgmlType::Q3_K, GgmlType::IQ4_XS, GgmlType::Q8_0, GgmlType::MXFP4}) {
+    const DotKernels s = dot_kernels(t, Isa::Scalar);
+    const DotKernels v = dot_kernels(t, Isa::Avx512);
+    ASSERT_NE(v.gemm, nullptr) << type_name(t);
+    ASSERT_NE(gemm_format(t), nullptr) << type_name(t);
+    std::vector<int64_t> ns{256, 2048};
+    if (type_traits(t).block_elems == kQK) ns.push_back(288);
+    for (int64_t n : ns) {
+      for (int64_t n_w : {1, 16, 21}) {
+        for (int64_t n_x : {1, 5, 8, 13}) {
+          const uint64_t w_stride = row_bytes(t, static_cast<uint64_t>(n)) + 16;
+          const uint64_t x_stride = row_bytes(v.vec_dot_type, static_cast<uint64_t>(n)) + 8;
+          std::vector<uint8_t> w(w_stride * n_w), xq(x_stride * n_x);
+          std::vector<std::vector<float>> wf;
+          for (int64_t r = 0; r < n_w; ++r) {
+            const auto row = random_row(t, n, rng);
+            std::memcpy(w.data() + r * w_stride, row.data(), row.size());
+            wf.push_back(dequantized(t, row.data(), n));
+          }
+          for (int64_t c = 0; c < n_x; ++c) {
+            const auto x = random_activations(n, rng);
+            s.quantize(x.data(), xq.data() + c * x_stride, n);
+          }
+          const uint64_t y_stride = static_cast<uint64_t>(n_w) + 3;
+          std::vector<float> y(y_stride * n_x, -1.0f);
+          v.gemm(n, w.data(), w_stride, n_w, xq.data(), x_stride, n_x, y.data(), y_stride);
+          for (int64_t c = 0; c < n_x; ++c) {
+            const uint8_t* xc = xq.data() + c * x_stride;
+            const auto xf = dequantized(v.vec_dot_type, xc, n);
+            for (int64_t r = 0; r < n_w; ++r) {
+              const float want = s.vec_dot(n, w.data() + r * w_stride, xc);
+              const RefDot ref = ref_dot(wf[r].data(), xf.data(), n);
+              ASSERT_NEAR(y[c * y_stride + r], want,
+                          2 * float_tolerance(ref, n / type_traits(t).block_elems))
+                  << type_name(t) << " n " << n << " n_w " << n_w << " n_x " << n_x << " row "
+                  << r << " col " << c;
+            }
+            for (uint64_t r = n_w; r < y_stride; ++r)
+              ASSERT_EQ(y[c * y_stride + r], -1.0f) << "gemm wrote past row " << n_w;
+          }
+        }
+      }
+    }
+  }
+}
+
+// The AVX-512 unpackers write exactly the bytes, scales and biases of their portable twins.
+TEST(Gemm, Avx512UnpackersMatchPortable) {
+  if (!cpu_has_avx512()) GTEST_SKIP() << "CPU lacks AVX-512 F/BW/VL/VNNI";
+  std::mt19937 rng(34);
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q2_K,
+                     GgmlType::Q3_K, GgmlType::IQ4_XS, GgmlType::Q8_0, GgmlType::MXFP4}) {
+    const GemmFormat& f = *gemm_format(t);
+    const GemmUnpackFn fast = avx512::gemm_unpacker(t);
+    ASSERT_NE(fast, nullptr) << type_name(t);
+    const int groups = kGemmUnit / f.group_values;
+    for (int rep = 0; rep < 16; ++rep) {
+      const auto row = random_row(t, 2 * kGemmUnit, rng);
+      for (int64_t unit = 0; unit < 2; ++unit) {
+        alignas(64) uint8_t u0[kGemmUnit], u1[kGemmUnit];
+        float s0[16] = {}, s1[16] = {}, b0[16] = {}, b1[16] = {};
+        f.unpack(row.data(), unit, groups, u0, s0, b0);
+        fast(row.data(), unit, groups, u1, s1, b1);
+        EXPECT_EQ(0, std::memcmp(u0, u1, kGemmUnit)) << type_name(t) << " unit " << unit;
+        EXPECT_EQ(0, std::memcmp(s0, s1, sizeof s0)) << type_name(t) << " unit " << unit;
+        EXPECT_EQ(0, std::memcmp(b0, b1, sizeof b0)) << type_name(t) << " unit " << unit;
       }
     }
   }
