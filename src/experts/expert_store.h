@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "model/tensor.h"
+#include "tensor/tensor.h"
 #include "ops/matmul.h"
 
 namespace sluice {

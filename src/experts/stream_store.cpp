@@ -220,7 +220,7 @@ class StreamStore final : public ExpertStore {
     return fmt::format("experts: stream ({} reader{}, {} slots × {} = {}{}, policy {})", reader_->name(),
                        direct_.empty() || direct_[0] ? ", O_DIRECT" : "", n_slots_, format_bytes(slot_bytes_),
                        format_bytes(arena_.size()), locked_ ? ", locked" : "",
-                       policy_name(o_.policy));
+                       eviction_policy_name(o_.policy));
   }
 
  private:
@@ -501,21 +501,6 @@ class StreamStore final : public ExpertStore {
 };
 
 }  // namespace
-
-const char* policy_name(EvictionPolicy p) {
-  switch (p) {
-    case EvictionPolicy::kLru: return "lru";
-    case EvictionPolicy::kLfu: return "lfu";
-    case EvictionPolicy::kNextUse: return "nextuse";
-  }
-  return "?";
-}
-
-EvictionPolicy parse_policy(const std::string& name) {
-  for (EvictionPolicy p : {EvictionPolicy::kLru, EvictionPolicy::kLfu, EvictionPolicy::kNextUse})
-    if (name == policy_name(p)) return p;
-  fail("expert cache policy '{}' is not one of lru, lfu, nextuse", name);
-}
 
 uint64_t stream_slot_bytes(const ExpertFileMap& map) {
   uint64_t best = 0;

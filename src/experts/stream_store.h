@@ -1,6 +1,6 @@
 // Streaming expert store: routed experts live on SSD and are read on demand into a fixed RAM
-// cache of equal-size slots (no fragmentation, a hard byte budget), with LRU or decayed-LFU
-// eviction, io_uring/O_DIRECT reads, lookahead prefetch and a persisted heat profile for warm
+// cache of equal-size slots (no fragmentation, a hard byte budget), with nextuse (default), LRU
+// or decayed-LFU eviction, io_uring/O_DIRECT reads, lookahead prefetch and a persisted heat profile for warm
 // starts.
 #pragma once
 
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "experts/expert_store.h"
+#include "sluice/types.h"
 
 namespace sluice {
 
@@ -29,12 +30,9 @@ struct ExpertFileMap {
   std::vector<std::array<FileRange, 3>> ranges;
 };
 
-// lru: least recently used. lfu: decayed use count (recency-weighted). nextuse: estimated layer
-// steps until the next use, from decayed frequency and layer order (see stream_store.cpp).
-enum class EvictionPolicy { kLru, kLfu, kNextUse };
-const char* policy_name(EvictionPolicy p);
-// Parses "lru", "lfu" or "nextuse"; throws naming the accepted values.
-EvictionPolicy parse_policy(const std::string& name);
+// EvictionPolicy (sluice/types.h) — lru: least recently used. lfu: decayed use count
+// (recency-weighted). nextuse: estimated layer steps until the next use, from decayed frequency
+// and layer order (see stream_store.cpp).
 
 struct StreamOptions {
   uint64_t cache_bytes = 0;
