@@ -113,6 +113,7 @@ Json to_json(const gguf::File& file, const ModelReport& r, bool with_metadata) {
                {"margin", p.margin}, {"kv_bytes", p.kv_bytes}, {"cache_bytes", p.cache_bytes},
                {"headroom", p.headroom}, {"fit_fraction", p.fit_fraction}, {"reason", p.reason}};
   j["decode_estimate"] = {{"hit_rate", r.decode.hit_rate}, {"miss_bytes_per_token", r.decode.miss_bytes_per_token},
+                          {"io_tokens_per_second", r.decode.io_tokens_per_second},
                           {"tokens_per_second", r.decode.tokens_per_second}};
   return j;
 }
@@ -131,10 +132,15 @@ void print_plan(const ModelReport& r, double disk_rate) {
   if (d.miss_bytes_per_token == 0) return;
   fmt::print("  decode: expected hit rate {:.1f} % (uniform routing), {} read per token", d.hit_rate * 100,
              format_bytes(d.miss_bytes_per_token));
-  if (d.tokens_per_second > 0)
-    fmt::print(", at most {:.2f} t/s at {}/s (disk-bound; compute adds to it)\n", d.tokens_per_second, format_bytes(static_cast<uint64_t>(disk_rate)));
-  else
+  if (d.io_tokens_per_second <= 0) {
     fmt::print("; give --disk-rate or --measure-disk for a t/s estimate\n");
+    return;
+  }
+  fmt::print(", reads alone allow {:.2f} t/s at {}/s", d.io_tokens_per_second, format_bytes(static_cast<uint64_t>(disk_rate)));
+  if (d.tokens_per_second != d.io_tokens_per_second)
+    fmt::print("; with compute (--ram-tps) about {:.2f} t/s\n", d.tokens_per_second);
+  else
+    fmt::print(" (compute adds to it: give --ram-tps)\n");
 }
 
 void print_human(const gguf::File& file, const ModelReport& r, bool with_metadata) {
@@ -213,6 +219,7 @@ void print_human(const gguf::File& file, const ModelReport& r, bool with_metadat
 int cmd_inspect(int argc, char** argv) {
   CLI::App app{"Show a GGUF model's architecture, tensors, sizes and a RAM verdict", "sluice inspect"};
   std::string path, ram_text, disk_rate_text;
+  SizingOptions opts;
   int64_t ctx = 0;
   bool json = false, metadata = false, measure_disk = false;
   app.add_option("model", path, "GGUF file (first part of a split model)")->required();
@@ -220,12 +227,14 @@ int cmd_inspect(int argc, char** argv) {
   app.add_option("--ctx", ctx, "context length for the KV-cache estimate (default: the model's, at most 4096)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   app.add_option("--disk-rate", disk_rate_text, "disk read rate for the decode estimate, bytes per second (e.g. 2GB)");
+  app.add_option("--ram-tps", opts.ram_tokens_per_second,
+                 "decode t/s with every expert in RAM (e.g. sluice bench --experts ram): adds compute to the estimate")
+      ->check(CLI::PositiveNumber);
   app.add_flag("--measure-disk", measure_disk, "measure the disk read rate with a 2-second random-read probe of the model file");
   app.add_flag("--json", json, "print JSON instead of tables");
   app.add_flag("--metadata", metadata, "also list every metadata key");
   SLUICE_PARSE(app, argc, argv);
 
-  SizingOptions opts;
   if (!ram_text.empty()) opts.ram = parse_byte_size(ram_text, "--ram");
   if (ctx > 0) opts.ctx = ctx;
   if (!disk_rate_text.empty() && measure_disk) fail("--disk-rate and --measure-disk exclude each other");

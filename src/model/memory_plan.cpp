@@ -96,15 +96,22 @@ MemoryPlan plan_memory(const MemoryFacts& f, const PlanRequest& r) {
   return p;
 }
 
-DecodeEstimate estimate_decode(const MemoryFacts& f, const MemoryPlan& plan, double disk_bytes_per_second) {
+DecodeEstimate estimate_decode(const MemoryFacts& f, const MemoryPlan& plan, double disk_bytes_per_second,
+                               double ram_tokens_per_second) {
   DecodeEstimate e;
   e.hit_rate = plan.placement == Placement::kRam ? 1.0 : plan.fit_fraction;
-  if (f.n_expert <= 0) return e;
-  // Active routed bytes per token: the chosen experts of every MoE layer, at the mean expert size.
-  const double active = static_cast<double>(f.routed_bytes) * f.n_expert_used / f.n_expert;
-  e.miss_bytes_per_token = static_cast<uint64_t>(active * (1.0 - e.hit_rate));
-  if (e.miss_bytes_per_token > 0 && disk_bytes_per_second > 0)
-    e.tokens_per_second = disk_bytes_per_second / static_cast<double>(e.miss_bytes_per_token);
+  if (f.n_expert > 0) {
+    // Active routed bytes per token: the chosen experts of every MoE layer, at the mean expert size.
+    const double active = static_cast<double>(f.routed_bytes) * f.n_expert_used / f.n_expert;
+    e.miss_bytes_per_token = static_cast<uint64_t>(active * (1.0 - e.hit_rate));
+  }
+  const double read_seconds =
+      disk_bytes_per_second > 0 ? static_cast<double>(e.miss_bytes_per_token) / disk_bytes_per_second : 0;
+  if (read_seconds > 0) e.io_tokens_per_second = 1.0 / read_seconds;
+  if (ram_tokens_per_second > 0 && (read_seconds > 0 || e.miss_bytes_per_token == 0))
+    e.tokens_per_second = 1.0 / (1.0 / ram_tokens_per_second + read_seconds);
+  else
+    e.tokens_per_second = e.io_tokens_per_second;
   return e;
 }
 

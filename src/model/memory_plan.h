@@ -65,15 +65,19 @@ MemoryBudget memory_budget(const MemInfo& mi, uint64_t limit, const std::string&
 
 MemoryPlan plan_memory(const MemoryFacts& facts, const PlanRequest& request);
 
-// Decode speed from I/O alone: with a share `hit_rate` of expert requests served from memory,
-// each token reads (1 − hit) of its active routed bytes from disk at `disk_bytes_per_second`.
+// Decode speed: with a share `hit_rate` of expert requests served from memory, each token reads
+// (1 − hit) of its active routed bytes from disk at `disk_bytes_per_second`. Without
+// `ram_tokens_per_second` (decode speed with every expert in RAM) the estimate is the I/O ceiling;
+// with it, compute and reads add up (no overlap: prefetch makes real runs somewhat faster).
 struct DecodeEstimate {
   double hit_rate = 1;             // expected share of expert requests served from RAM
   uint64_t miss_bytes_per_token = 0;
-  double tokens_per_second = 0;    // 0: not disk-bound (everything in RAM) or no disk rate
+  double io_tokens_per_second = 0;  // disk rate / miss bytes; 0: not disk-bound or no disk rate
+  double tokens_per_second = 0;     // with compute when ram_tokens_per_second is given, else the ceiling
 };
 // The expected hit rate is the fit fraction: with routing spread evenly over the experts, a cache
 // holding a share f of them serves a share f of the requests (skewed routing does better).
-DecodeEstimate estimate_decode(const MemoryFacts& facts, const MemoryPlan& plan, double disk_bytes_per_second);
+DecodeEstimate estimate_decode(const MemoryFacts& facts, const MemoryPlan& plan, double disk_bytes_per_second,
+                               double ram_tokens_per_second = 0);
 
 }  // namespace sluice

@@ -137,11 +137,16 @@ TEST(MemoryPlan, DecodeEstimateFromFitFractionAndDiskRate) {
   // Active routed bytes per token: 8 of 128 experts of the 4 GiB; misses are the rest of the hits.
   const double active = 4.0 * kGiB * 8 / 128;
   EXPECT_EQ(d.miss_bytes_per_token, static_cast<uint64_t>(active * (1 - p.fit_fraction)));
-  EXPECT_DOUBLE_EQ(d.tokens_per_second, 1e9 / static_cast<double>(d.miss_bytes_per_token));
+  EXPECT_DOUBLE_EQ(d.io_tokens_per_second, 1e9 / static_cast<double>(d.miss_bytes_per_token));
+  EXPECT_DOUBLE_EQ(d.tokens_per_second, d.io_tokens_per_second);  // the I/O ceiling without compute
+  // With the in-RAM decode speed, a token costs its compute plus its reads.
+  const DecodeEstimate c = estimate_decode(f, p, 1e9, 10.0);
+  EXPECT_DOUBLE_EQ(c.tokens_per_second, 1.0 / (0.1 + static_cast<double>(d.miss_bytes_per_token) / 1e9));
   EXPECT_EQ(estimate_decode(f, p, 0).tokens_per_second, 0);  // no disk rate, no estimate
   const DecodeEstimate ram = estimate_decode(f, plan_memory(f, hard(16 * kGiB)), 1e9);
   EXPECT_EQ(ram.miss_bytes_per_token, 0u);
   EXPECT_EQ(ram.tokens_per_second, 0);
+  EXPECT_DOUBLE_EQ(estimate_decode(f, plan_memory(f, hard(16 * kGiB)), 1e9, 7.5).tokens_per_second, 7.5);
 }
 
 TEST(MemoryPlan, SuggestedFlagsSayWhatTheEngineDoes) {
