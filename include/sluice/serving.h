@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -102,13 +103,25 @@ class Scheduler {
   std::unique_ptr<Impl> impl_;
 };
 
-// Chat prompt tokens for an OpenAI-style conversation. `messages_json`: the `messages` array as
-// JSON text; `tools_json`: the `tools` array or empty. Renders the model's chat template
-// (tokenizer.chat_template) with bos/eos token texts and add_generation_prompt; a model without a
-// template gets the plain fallback of `sluice chat`: system text, then "User: ..." and
-// "Assistant: ..." lines, ending with "Assistant:" (callers should stop at "\nUser:"). Throws
-// sluice::Error naming the problem when the template fails. `rendered` receives the prompt text.
+struct ChatPromptOptions {
+  bool add_generation_prompt = true;    // end with the assistant's turn opening
+  std::optional<bool> enable_thinking;  // the template's thinking switch; unset: its default
+};
+
+// Chat prompt tokens for an OpenAI-style conversation — the one prompt builder of the server and
+// `sluice chat`. `messages_json`: the `messages` array as JSON text; `tools_json`: the `tools`
+// array or empty. Renders the model's chat template (tokenizer.chat_template) with bos/eos token
+// texts; the tokenizer adds BOS unless the rendered text already starts with it. A model without
+// a template gets the plain fallback: system text, then "User: ..." and "Assistant: ..." lines
+// (a reply that starts with a space or newline follows "Assistant:" as it is, so a reply's
+// tokens are reused as generated), ending with "Assistant:"; callers stop at
+// chat_stop_strings(). Throws sluice::Error naming the problem when the template fails.
+// `rendered` receives the prompt text.
 std::vector<int32_t> chat_prompt_tokens(Engine& engine, std::string_view messages_json,
-                                        std::string_view tools_json, std::string* rendered = nullptr);
+                                        std::string_view tools_json, std::string* rendered = nullptr,
+                                        const ChatPromptOptions& options = {});
+// Stop strings a chat reply needs: "\nUser:" for the fallback format (so the model does not
+// write the user's next turn), none for a model with a chat template.
+std::vector<std::string> chat_stop_strings(const Engine& engine);
 
 }  // namespace sluice

@@ -17,16 +17,18 @@
 #include <string_view>
 #include <vector>
 
+#include "sluice/types.h"  // IWYU pragma: export
+
 namespace sluice {
 
 struct EngineOptions {
   std::string model_path;
   int n_threads = 0;          // 0: all cores
   int n_ctx = 4096;           // per-session context (capped at the model's training context)
-  std::string experts = "auto";  // auto | ram | mmap | stream
+  ExpertMode experts = ExpertMode::kAuto;
   uint64_t cache_bytes = 0;      // expert cache for stream mode; 0: sized from the memory budget
   uint64_t mem_limit = 0;        // memory budget; 0: detected (cgroup limit, MemAvailable)
-  std::string cache_policy = "nextuse";  // lru | lfu | nextuse (best in bench/stream-sweep)
+  EvictionPolicy cache_policy = EvictionPolicy::kNextUse;
   bool cold = false;             // no warm-start preload of the expert cache
   int64_t preload_experts = -1;  // most experts to preload (−1: fill the cache)
   bool prefetch = true;          // router-lookahead prefetch of the next layer's experts
@@ -81,6 +83,7 @@ struct ModelInfo {
   std::string experts_detail;  // one line: reader, cache slots and size
   uint64_t resident_bytes = 0;  // non-routed weights
   uint64_t routed_bytes = 0;    // routed experts in the file
+  uint64_t expert_cache_bytes = 0;  // stream mode: the expert cache the memory plan chose; else 0
   int n_ctx = 0;                // context of new sessions (the option capped at the training context)
   uint64_t kv_bytes = 0;        // KV cache of one session at n_ctx (allocated as it fills)
   uint64_t memlock_limit = 0;   // RLIMIT_MEMLOCK; 0: unlimited
@@ -113,9 +116,9 @@ class Engine {
   double load_seconds() const;
 
   struct Impl;
-  Impl& impl() { return *impl_; }
 
  private:
+  friend Impl& engine_impl(Engine& engine);  // the runtime's own access (runtime/engine_impl.h)
   explicit Engine(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

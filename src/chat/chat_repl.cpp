@@ -1,5 +1,6 @@
-// The `sluice chat` conversation loop (see chat_repl.h): slash commands, template rendering,
-// prefix-reusing generation through one Session, and per-turn statistics.
+// The `sluice chat` conversation loop (see chat_repl.h): slash commands, prompts built by the
+// server's chat_prompt_tokens, prefix-reusing generation through one Session, and per-turn
+// statistics.
 #include "chat/chat_repl.h"
 
 #include <fmt/format.h>
@@ -10,20 +11,11 @@
 #include <fstream>
 #include <sstream>
 
-#include "chat/chat_template.h"
 #include "core/error.h"
 
 namespace sluice::chat {
 
 namespace {
-
-// The fallback format's turn markers, as the server's fallback (src/runtime/chat_prompt.cpp) writes
-// them; a reply is kept as generated, so its own leading space follows "Assistant:" and the next
-// prompt starts with exactly the cached tokens. "\nUser:" also stops generation so the model does
-// not write the user's next line itself.
-constexpr const char* kUserPrefix = "User: ";
-constexpr const char* kAssistantPrefix = "Assistant:";
-constexpr const char* kFallbackStop = "\nUser:";
 
 const char* finish_name(FinishReason f) {
   switch (f) {
@@ -52,7 +44,7 @@ ChatRepl::ChatRepl(Engine& engine, ChatConfig config, std::atomic<bool>& cancel,
   template_source_ = engine_.info().chat_template;
   // Templates read the switch as a plain variable; a template that never names it ignores it.
   thinking_switch_ = template_source_.find("enable_thinking") != std::string::npos;
-  if (template_source_.empty()) config_.generate.stop.push_back(kFallbackStop);
+  for (std::string& stop : chat_stop_strings(engine_)) config_.generate.stop.push_back(std::move(stop));
   session_ = engine_.new_session();
 }
 
@@ -178,46 +170,21 @@ void ChatRepl::set_thinking(bool on) {
   out_ << fmt::format("thinking {} (enable_thinking={} from the next turn)\n", on ? "on" : "off", on);
 }
 
-std::string ChatRepl::render(bool add_generation_prompt) const {
+std::vector<int32_t> ChatRepl::prompt_tokens() const {
   nlohmann::ordered_json msgs = nlohmann::ordered_json::array();
   if (!config_.system.empty()) msgs.push_back({{"role", "system"}, {"content", config_.system}});
   for (const auto& m : messages_) msgs.push_back(m);
-  if (template_source_.empty()) {
-    std::string s;
-    for (const auto& m : msgs) {
-      const std::string role = m["role"], content = m["content"];
-      if (role == "system") s += content + "\n\n";
-      else if (role == "user") s += std::string(kUserPrefix) + content + "\n";
-      else if (!content.empty() && (content[0] == ' ' || content[0] == '\n')) s += kAssistantPrefix + content + "\n";
-      else s += std::string(kAssistantPrefix) + " " + content + "\n";  // the server's format for trimmed text
-    }
-    if (add_generation_prompt) s += kAssistantPrefix;
-    return s;
-  }
-  ChatRequest req;
-  req.messages = std::move(msgs);
-  req.add_generation_prompt = add_generation_prompt;
-  req.bos_token = engine_.info().bos_token;
-  req.eos_token = engine_.info().eos_token;
-  if (enable_thinking_) req.extra["enable_thinking"] = *enable_thinking_;
-  return render_chat(template_source_, req);
-}
-
-std::vector<int32_t> ChatRepl::tokenize_prompt(const std::string& text) const {
-  // Templates that write bos_token themselves must not get a second BOS from the tokenizer.
-  const std::string& bos = engine_.info().bos_token;
-  const bool template_wrote_bos = !template_source_.empty() && !bos.empty() && text.rfind(bos, 0) == 0;
-  return engine_.tokenize(text, !template_wrote_bos, /*parse_special=*/!template_source_.empty());
+  return chat_prompt_tokens(engine_, msgs.dump(), "", nullptr, {.enable_thinking = enable_thinking_});
 }
 
 void ChatRepl::send(const std::string& user_text) {
   messages_.push_back({{"role", "user"}, {"content", user_text}});
   std::vector<int32_t> prompt;
   try {
-    prompt = tokenize_prompt(render(true));
+    prompt = prompt_tokens();
   } catch (const Error& e) {
     messages_.erase(messages_.end() - 1);
-    err_ << "chat template error: " << e.what() << "\n";
+    err_ << e.what() << "\n";
     return;
   }
   const int n_ctx = session_->n_ctx();

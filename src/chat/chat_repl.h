@@ -4,9 +4,10 @@
 // long-lived Session; the Session reuses its longest cached common prefix, so only the new
 // suffix (the user's message and the generation prompt) is prefilled.
 //
-// Models without a chat template get a plain fallback format (see chat_repl.cpp):
+// Prompts come from chat_prompt_tokens (sluice/serving.h), the server's builder: the template,
+// or for models without one the plain fallback format
 //   SYSTEM\n\nUser: MESSAGE\nAssistant: REPLY\nUser: MESSAGE\nAssistant:
-// with "\nUser:" as a stop string.
+// with chat_stop_strings() ("\nUser:") as stop strings.
 #pragma once
 
 #include <atomic>
@@ -16,7 +17,7 @@
 #include <ostream>
 #include <string>
 
-#include "sluice/sluice.h"
+#include "sluice/serving.h"
 
 namespace sluice::chat {
 
@@ -68,8 +69,8 @@ class ChatRepl {
  private:
   void command(const std::string& name, const std::string& arg);
   void send(const std::string& user_text);
-  std::string render(bool add_generation_prompt) const;
-  std::vector<int32_t> tokenize_prompt(const std::string& text) const;
+  // The conversation (system prompt first) through chat_prompt_tokens, the server's builder.
+  std::vector<int32_t> prompt_tokens() const;
   void set_thinking(bool on);
   void print_stats();
   void print_help();

@@ -1,12 +1,16 @@
-// `sluice inspect MODEL [--ram SIZE] [--ctx N] [--json] [--metadata]`: architecture, tokenizer,
-// tensor table, bytes by class and layer, routed-expert size, KV-cache estimate and the RAM
-// verdict. All numbers come from model/sizing; this file only formats them, as a table or JSON.
+// `sluice inspect MODEL [--ram SIZE] [--ctx N] [--disk-rate RATE | --measure-disk] [--json]
+// [--metadata]`: architecture, tokenizer, tensor table, bytes by class and layer, routed-expert
+// size, KV-cache estimate, the RAM verdict and the memory plan `run` follows with the same budget,
+// with an I/O-bound decode estimate. All numbers come from model/sizing and the memory planner;
+// this file only formats them, as a table or JSON.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "core/disk_probe.h"
+#include "core/error.h"
 #include "core/units.h"
 #include "gguf/gguf.h"
 #include "model/sizing.h"
@@ -102,9 +106,41 @@ Json to_json(const gguf::File& file, const ModelReport& r, bool with_metadata) {
                    {"fixed_bytes", r.kv.fixed_bytes}, {"bytes", r.kv.bytes}, {"type", "f32"}};
   const Verdict& v = r.verdict;
   j["verdict"] = {{"ram", v.ram}, {"resident_bytes", v.resident}, {"kv_bytes", v.kv},
-                  {"routed_bytes", v.routed}, {"expert_budget", v.expert_budget},
+                  {"routed_bytes", v.routed}, {"reserved", v.reserved}, {"expert_budget", v.expert_budget},
                   {"fraction_routed_in_ram", v.fraction}, {"message", v.message}, {"flags", v.flags}};
+  const MemoryPlan& p = r.plan;
+  j["plan"] = {{"ok", p.ok}, {"placement", placement_name(p.placement)}, {"usable", p.usable},
+               {"margin", p.margin}, {"kv_bytes", p.kv_bytes}, {"cache_bytes", p.cache_bytes},
+               {"headroom", p.headroom}, {"fit_fraction", p.fit_fraction}, {"reason", p.reason}};
+  j["decode_estimate"] = {{"hit_rate", r.decode.hit_rate}, {"miss_bytes_per_token", r.decode.miss_bytes_per_token},
+                          {"io_tokens_per_second", r.decode.io_tokens_per_second},
+                          {"tokens_per_second", r.decode.tokens_per_second}};
   return j;
+}
+
+void print_plan(const ModelReport& r, double disk_rate) {
+  const MemoryPlan& p = r.plan;
+  if (!p.ok) {
+    fmt::print("plan: {}\n", p.reason);
+    return;
+  }
+  fmt::print("plan (what `run` does with this budget): experts {}", placement_name(p.placement));
+  if (p.placement == Placement::kStream) fmt::print(", cache {} ({:.1f} % of routed experts)", format_bytes(p.cache_bytes), p.fit_fraction * 100);
+  fmt::print("\n  usable {}, margin {}, KV {}, unplanned {}; {}\n", format_bytes(p.usable), format_bytes(p.margin),
+             format_bytes(p.kv_bytes), format_bytes(p.headroom), p.reason);
+  const DecodeEstimate& d = r.decode;
+  if (d.miss_bytes_per_token == 0) return;
+  fmt::print("  decode: expected hit rate {:.1f} % (uniform routing), {} read per token", d.hit_rate * 100,
+             format_bytes(d.miss_bytes_per_token));
+  if (d.io_tokens_per_second <= 0) {
+    fmt::print("; give --disk-rate or --measure-disk for a t/s estimate\n");
+    return;
+  }
+  fmt::print(", reads alone allow {:.2f} t/s at {}/s", d.io_tokens_per_second, format_bytes(static_cast<uint64_t>(disk_rate)));
+  if (d.tokens_per_second != d.io_tokens_per_second)
+    fmt::print("; with compute (--ram-tps) about {:.2f} t/s\n", d.tokens_per_second);
+  else
+    fmt::print(" (compute adds to it: give --ram-tps)\n");
 }
 
 void print_human(const gguf::File& file, const ModelReport& r, bool with_metadata) {
@@ -170,8 +206,9 @@ void print_human(const gguf::File& file, const ModelReport& r, bool with_metadat
 
   const Verdict& v = r.verdict;
   fmt::print("\nRAM budget {}\n", format_bytes(v.ram));
-  fmt::print("  resident weights   {}\n  KV cache           {}\n  left for experts   {}\n", format_bytes(v.resident),
-             format_bytes(v.kv), format_bytes(v.expert_budget));
+  fmt::print("  resident weights   {}\n  KV cache           {}\n  kept back          {}  (unusable share and margin)\n"
+             "  left for experts   {}\n",
+             format_bytes(v.resident), format_bytes(v.kv), format_bytes(v.reserved), format_bytes(v.expert_budget));
   if (v.routed > 0)
     fmt::print("  routed experts     {}  ({:.1f} % fit)\n", format_bytes(v.routed), v.fraction * 100);
   fmt::print("verdict: {}\n", v.message);
@@ -182,24 +219,42 @@ void print_human(const gguf::File& file, const ModelReport& r, bool with_metadat
 
 int cmd_inspect(int argc, char** argv) {
   CLI::App app{"Show a GGUF model's architecture, tensors, sizes and a RAM verdict", "sluice inspect"};
-  std::string path, ram_text;
+  std::string path, ram_text, disk_rate_text;
+  SizingOptions opts;
   int64_t ctx = 0;
-  bool json = false, metadata = false;
+  bool json = false, metadata = false, measure_disk = false;
   app.add_option("model", path, "GGUF file (first part of a split model)")->required();
   app.add_option("--ram", ram_text, "RAM to plan for, e.g. 32GB or 24GiB (default: memory available now)");
   app.add_option("--ctx", ctx, "context length for the KV-cache estimate (default: the model's, at most 4096)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  app.add_option("--disk-rate", disk_rate_text, "disk read rate for the decode estimate, bytes per second (e.g. 2GB)");
+  app.add_option("--ram-tps", opts.ram_tokens_per_second,
+                 "decode t/s with every expert in RAM (e.g. sluice bench --experts ram): adds compute to the estimate")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--measure-disk", measure_disk, "measure the disk read rate with a 2-second random-read probe of the model file");
   app.add_flag("--json", json, "print JSON instead of tables");
   app.add_flag("--metadata", metadata, "also list every metadata key");
   SLUICE_PARSE(app, argc, argv);
 
-  SizingOptions opts;
   if (!ram_text.empty()) opts.ram = parse_byte_size(ram_text, "--ram");
   if (ctx > 0) opts.ctx = ctx;
+  if (!disk_rate_text.empty() && measure_disk) fail("--disk-rate and --measure-disk exclude each other");
+  if (!disk_rate_text.empty()) opts.disk_bytes_per_second = static_cast<double>(parse_byte_size(disk_rate_text, "--disk-rate"));
   auto file = gguf::File::open(path);
+  if (measure_disk) {
+    const MemoryFacts facts = memory_facts(*file);
+    const DiskProbe probe = probe_disk(file->part_path(0), 2.0, facts.expert_bytes ? facts.expert_bytes : (1u << 20));
+    opts.disk_bytes_per_second = probe.bytes_per_second;
+    fmt::print(stderr, "disk: {}/s over {} random reads{}\n", format_bytes(static_cast<uint64_t>(probe.bytes_per_second)),
+               probe.reads, probe.direct ? "" : " (no O_DIRECT: the page cache may have served some)");
+  }
   const ModelReport report = analyze_model(*file, opts);
-  if (json) fmt::print("{}\n", to_json(*file, report, metadata).dump(2, ' ', false, Json::error_handler_t::replace));
-  else print_human(*file, report, metadata);
+  if (json) {
+    fmt::print("{}\n", to_json(*file, report, metadata).dump(2, ' ', false, Json::error_handler_t::replace));
+  } else {
+    print_human(*file, report, metadata);
+    print_plan(report, opts.disk_bytes_per_second);
+  }
   return 0;
 }
 

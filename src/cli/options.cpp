@@ -54,10 +54,11 @@ EngineOptions engine_options(const ModelFlags& f) {
   o.model_path = f.model;
   o.n_threads = f.threads;
   o.n_ctx = f.ctx;
-  o.experts = f.streaming ? "stream" : f.experts;
+  // CLI::IsMember has checked the spellings; the enums are parsed here, once.
+  o.experts = f.streaming ? ExpertMode::kStream : *parse_expert_mode(f.experts);
   if (!f.cache_size.empty()) o.cache_bytes = parse_byte_size(f.cache_size, "--ssd-streaming-cache-experts");
   if (!f.mem_limit.empty()) o.mem_limit = parse_byte_size(f.mem_limit, "--mem-limit");
-  o.cache_policy = f.policy;
+  o.cache_policy = *parse_eviction_policy(f.policy);
   o.cold = f.cold;
   o.preload_experts = f.preload;
   o.prefetch = !f.no_prefetch;

@@ -1,19 +1,16 @@
-// Errors: one exception type carrying a precise, user-facing message. Library code throws
-// sluice::Error for every bad input (file, flag, request); front ends catch it at the top and print
-// it, so nothing a user supplies crashes the process.
+// Errors: one exception type carrying a precise, user-facing message (sluice::Error, public in
+// sluice/types.h). Library code throws it for every bad input (file, flag, request) through
+// fail(); front ends catch it at the top and print it, so nothing a user supplies crashes the
+// process.
 #pragma once
 
 #include <fmt/format.h>
 
-#include <stdexcept>
 #include <string>
 
-namespace sluice {
+#include "sluice/types.h"
 
-class Error : public std::runtime_error {
- public:
-  explicit Error(const std::string& msg) : std::runtime_error(msg) {}
-};
+namespace sluice {
 
 template <typename... Args>
 [[noreturn]] inline void fail(fmt::format_string<Args...> f, Args&&... args) {

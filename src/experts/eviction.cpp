@@ -104,21 +104,6 @@ class NextUseEvictor final : public Evictor {
 
 }  // namespace
 
-const char* policy_name(EvictionPolicy p) {
-  switch (p) {
-    case EvictionPolicy::kLru: return "lru";
-    case EvictionPolicy::kLfu: return "lfu";
-    case EvictionPolicy::kNextUse: return "nextuse";
-  }
-  return "?";
-}
-
-EvictionPolicy parse_policy(const std::string& name) {
-  for (EvictionPolicy p : {EvictionPolicy::kLru, EvictionPolicy::kLfu, EvictionPolicy::kNextUse})
-    if (name == policy_name(p)) return p;
-  fail("expert cache policy '{}' is not one of lru, lfu, nextuse", name);
-}
-
 std::unique_ptr<Evictor> make_evictor(EvictionPolicy p, int n_layer, int n_expert, int n_slots) {
   switch (p) {
     case EvictionPolicy::kLru: return std::make_unique<LruEvictor>(n_slots);

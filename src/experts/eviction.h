@@ -9,14 +9,9 @@
 #include <string>
 #include <vector>
 
-namespace sluice {
+#include "sluice/types.h"
 
-// lru: least recently used. lfu: decayed use count (recency-weighted). nextuse: estimated layer
-// steps until the next use, from decayed frequency and layer order.
-enum class EvictionPolicy { kLru, kLfu, kNextUse };
-const char* policy_name(EvictionPolicy p);
-// Parses "lru", "lfu" or "nextuse"; throws naming the accepted values.
-EvictionPolicy parse_policy(const std::string& name);
+namespace sluice {
 
 // Keys are layer · n_expert + expert.
 class Evictor {

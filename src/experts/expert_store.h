@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "model/tensor.h"
+#include "tensor/tensor.h"
 #include "ops/matmul.h"
 
 namespace sluice {

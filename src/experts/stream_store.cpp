@@ -131,7 +131,7 @@ class StreamStore final : public ExpertStore {
   std::string describe() const override {
     return fmt::format("experts: stream ({} reader{}, {}{}, policy {})", reader_->name(),
                        direct_.empty() || direct_[0] ? ", O_DIRECT" : "", arena_.describe(),
-                       arena_.locked() ? ", locked" : "", policy_name(o_.policy));
+                       arena_.locked() ? ", locked" : "", eviction_policy_name(o_.policy));
   }
 
  private:

@@ -11,6 +11,7 @@
 #include "experts/eviction.h"
 #include "experts/expert_file_map.h"
 #include "experts/expert_store.h"
+#include "sluice/types.h"
 
 namespace sluice {
 

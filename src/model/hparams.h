@@ -7,27 +7,14 @@
 #include <string>
 #include <vector>
 
+#include "ops/rope.h"
+
 namespace sluice {
 
 namespace gguf { class File; }
 
-enum class RopeType { kNorm, kNeox };          // adjacent pairs (llama) / split halves (NeoX, qwen)
-enum class RopeScaling { kNone, kLinear, kYarn };
 // softmax over all / sigmoid / softmax over chosen / sqrt(softplus) (DeepSeek V4)
 enum class GatingFunc { kSoftmax, kSigmoid, kSoftmaxWeight, kSqrtSoftplus };
-
-struct RopeParams {
-  RopeType type = RopeType::kNorm;
-  int n_rot = 0;                 // rotated dimensions per head (≤ head dim: partial rotary)
-  float freq_base = 10000.0f;
-  float freq_scale = 1.0f;       // 1 / scaling factor
-  RopeScaling scaling = RopeScaling::kNone;
-  int n_ctx_orig = 0;            // original training context (YaRN)
-  float ext_factor = 0.0f;       // YaRN extrapolation mix (1 when YaRN is on)
-  float attn_factor = 1.0f;      // magnitude scale applied to cos/sin
-  float beta_fast = 32.0f;
-  float beta_slow = 1.0f;
-};
 
 struct HParams {
   std::string arch;

@@ -1,7 +1,7 @@
 // Absorbed multi-head latent attention; see mla.h. The same path serves prefill and decode:
 // per head, the query's nope part is mapped into latent space by one matmul over all tokens,
-// attention runs over cached latent+rope rows in fp32, and W_vb maps each head's attended
-// latent back to head_dim_v.
+// attention runs over cached latent+rope rows in fp32 through the shared kernel (ops/attention),
+// and W_vb maps each head's attended latent back to head_dim_v.
 #include "model/mla.h"
 
 #include <algorithm>
@@ -9,51 +9,10 @@
 #include <vector>
 
 #include "core/error.h"
+#include "ops/attention.h"
 #include "ops/elementwise.h"
 
 namespace sluice {
-
-namespace {
-
-// Causal softmax attention of every (token, head) over the cached rows of its sequence.
-// qa: (n_tok, n_head, kv_lora+n_rot); out: (n_tok, n_head, kv_lora) attended latents.
-void attend_latent(ForwardContext& ctx, int il, const MlaConfig& c, const float* qa, float* out) {
-  const int width = mla_cache_width(c);
-  if (ctx.kv.k_dim(il) != width)
-    fail("internal: layer {} KV cache holds {} floats per position, MLA needs {}", il, ctx.kv.k_dim(il), width);
-  const KvCache& kv = ctx.kv;
-  ctx.pool.parallel_for(ctx.n_tok * c.n_head, [&](int64_t begin, int64_t end) {
-    thread_local std::vector<float> scores;
-    if (scores.size() < static_cast<size_t>(kv.n_ctx())) scores.resize(kv.n_ctx());
-    for (int64_t it = begin; it < end; ++it) {
-      const int64_t t = it / c.n_head;
-      const float* q = qa + it * width;
-      const int32_t seq = ctx.batch.seq[t];
-      const int32_t last = ctx.batch.pos[t];
-      float mx = -INFINITY;
-      for (int32_t p = 0; p <= last; ++p) {
-        const float* k = kv.k(seq, il, p);
-        float dot = 0.0f;
-        for (int d = 0; d < width; ++d) dot += q[d] * k[d];
-        scores[p] = dot * c.scale;
-        mx = std::max(mx, scores[p]);
-      }
-      float sum = 0.0f;
-      for (int32_t p = 0; p <= last; ++p) {
-        scores[p] = std::exp(scores[p] - mx);
-        sum += scores[p];
-      }
-      float* o = out + it * c.kv_lora;
-      std::fill(o, o + c.kv_lora, 0.0f);
-      // Values are the latent: the first kv_lora floats of each cached row.
-      for (int32_t p = 0; p <= last; ++p) axpy(scores[p], kv.k(seq, il, p), o, c.kv_lora);
-      const float inv = 1.0f / sum;
-      for (int r = 0; r < c.kv_lora; ++r) o[r] *= inv;
-    }
-  });
-}
-
-}  // namespace
 
 void mla_attention_block(ForwardContext& ctx, int il, const MlaWeights& w, const MlaConfig& c, float* x) {
   const int64_t n_tok = ctx.n_tok;
@@ -100,8 +59,19 @@ void mla_attention_block(ForwardContext& ctx, int il, const MlaWeights& w, const
   for (int64_t t = 0; t < n_tok; ++t)
     c.rope->apply(qa.data() + t * c.n_head * width + c.kv_lora, c.n_head, width, ctx.batch.pos[t]);
 
+  // Every head attends over the same cached rows (one KV head): keys are latent+rope, values the
+  // latent prefix of each row.
+  if (ctx.kv.k_dim(il) != width)
+    fail("internal: layer {} KV cache holds {} floats per position, MLA needs {}", il, ctx.kv.k_dim(il), width);
   std::vector<float> lat(n_tok * c.n_head * c.kv_lora);
-  attend_latent(ctx, il, c, qa.data(), lat.data());
+  AttentionParams ap;
+  ap.n_head = c.n_head;
+  ap.n_head_kv = 1;
+  ap.head_dim_k = width;
+  ap.head_dim_v = c.kv_lora;
+  ap.scale = c.scale;
+  ap.values_in_keys = true;
+  attention(ctx.pool, ap, ctx.kv, il, qa.data(), ctx.batch.seq.data(), ctx.batch.pos.data(), n_tok, lat.data());
 
   const int64_t o_dim = static_cast<int64_t>(c.n_head) * c.head_dim_v;
   std::vector<float> attn(n_tok * o_dim), out(n_tok * n_embd);

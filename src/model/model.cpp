@@ -35,12 +35,11 @@ std::unique_ptr<KvCache> Model::make_kv_cache(int n_ctx) const {
   return std::make_unique<KvCache>(std::move(k), std::move(v), n_ctx);
 }
 
-void Model::forward(ThreadPool& pool, const Batch& batch, KvCache& kv, std::vector<float>& logits,
-                    const ActivationHook* hook) {
+void Model::forward(ThreadPool& pool, const Batch& batch, KvCache& kv, ExpertStore& experts,
+                    std::vector<float>& logits, const ActivationHook* hook) {
   const int64_t n_tok = batch.size();
   const int64_t n_embd = hp_.n_embd;
   if (n_tok == 0) fail("empty batch");
-  if (!experts_) fail("internal: no expert store set");
 
   std::map<int32_t, int32_t> seq_end;  // seq → one past the highest position in this batch
   for (int64_t t = 0; t < n_tok; ++t) {
@@ -62,7 +61,7 @@ void Model::forward(ThreadPool& pool, const Batch& batch, KvCache& kv, std::vect
     for (int64_t s = 1; s < n_streams; ++s) std::copy_n(xt, n_embd, xt + s * n_embd);
   }
 
-  ForwardContext ctx{pool, batch, kv, *experts_, n_tok, hook};
+  ForwardContext ctx{pool, batch, kv, experts, n_tok, hook};
   if (n_streams == 1) ctx.dump("inp_embd", -1, x.data(), n_embd);
   begin_forward(ctx);
   for (int il = 0; il < hp_.n_layer; ++il) {

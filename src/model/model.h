@@ -1,5 +1,7 @@
-// A loaded model: hyperparameters, resident weights (views of the GGUF mmap), the expert store
-// for routed experts, and the forward pass over a batch of tokens from one or more sequences.
+// A loaded model: hyperparameters, resident weights (views of the GGUF mmap), the layout of its
+// routed experts, and the forward pass over a batch of tokens from one or more sequences. The
+// expert store is not the model's: the engine owns it and passes it to each forward call, so
+// whoever runs the model says which store (and which cache) it uses.
 // Architectures subclass Model in archs/<arch>.cpp: they declare their tensors and write their
 // layer from the shared blocks in blocks.h.
 #pragma once
@@ -14,7 +16,7 @@
 #include "experts/expert_store.h"
 #include "kv/kv_cache.h"
 #include "model/hparams.h"
-#include "model/tensor.h"
+#include "tensor/tensor.h"
 
 namespace sluice {
 
@@ -74,18 +76,15 @@ class Model {
   const HParams& hparams() const { return hp_; }
   const ExpertLayout& expert_layout() const { return expert_layout_; }
 
-  // The store must outlive forward calls; the engine picks it (in place, or streaming).
-  void set_expert_store(std::unique_ptr<ExpertStore> store) { experts_ = std::move(store); }
-  ExpertStore& experts() { return *experts_; }
-
   // Router lookahead: before layer il's experts run, predict layer il+1's experts from the
   // current hidden state and let the store start reading them.
   void set_prefetch(bool on) { prefetch_ = on; }
 
   virtual std::unique_ptr<KvCache> make_kv_cache(int n_ctx) const;
-  // Evaluates the batch: appends every token's K/V to the cache and writes n_vocab logits per
-  // token with want_logits set, in batch order, into `logits` (resized).
-  void forward(ThreadPool& pool, const Batch& batch, KvCache& kv, std::vector<float>& logits,
+  // Evaluates the batch: appends every token's K/V to the cache, reads routed experts through
+  // `experts`, and writes n_vocab logits per token with want_logits set, in batch order, into
+  // `logits` (resized).
+  void forward(ThreadPool& pool, const Batch& batch, KvCache& kv, ExpertStore& experts, std::vector<float>& logits,
                const ActivationHook* hook = nullptr);
 
  protected:
@@ -119,7 +118,6 @@ class Model {
   Tensor output_norm_;  // (n_embd)
   Tensor output_;       // (n_embd, n_vocab), token_embd when tied
   ExpertLayout expert_layout_;
-  std::unique_ptr<ExpertStore> experts_;
   std::vector<LookaheadRouter> lookahead_;  // per layer; empty tensors for dense layers
   bool prefetch_ = false;
 };

@@ -156,13 +156,14 @@ std::string format_flag_size(uint64_t bytes) {
   return fmt::format("{}B", bytes);
 }
 
-Verdict make_verdict(uint64_t ram, uint64_t resident, uint64_t kv, uint64_t routed) {
+Verdict make_verdict(uint64_t ram, uint64_t resident, uint64_t kv, uint64_t routed, uint64_t reserved) {
   Verdict v;
   v.ram = ram;
   v.resident = resident;
   v.kv = kv;
   v.routed = routed;
-  const uint64_t fixed = sat_add(resident, kv);
+  v.reserved = reserved;
+  const uint64_t fixed = sat_add(sat_add(resident, kv), reserved);
   v.expert_budget = ram > fixed ? ram - fixed : 0;
   using u128 = unsigned __int128;
   if (routed == 0) {
@@ -184,12 +185,40 @@ Verdict make_verdict(uint64_t ram, uint64_t resident, uint64_t kv, uint64_t rout
     v.message = fixed > ram ? "choose a smaller quant (resident weights and KV cache alone exceed the RAM)"
                             : "choose a smaller quant";
   }
-  if (routed > 0) {
-    if (v.expert_budget >= routed) v.flags = "--experts ram";
-    else if (v.expert_budget == 0) v.flags = "--experts stream";
-    else v.flags = "--experts stream --ssd-streaming-cache-experts " + format_flag_size(v.expert_budget);
-  }
   return v;
+}
+
+std::string suggested_flags(const MemoryFacts& facts, const MemoryPlan& plan) {
+  if (facts.routed_bytes == 0) return "";
+  if (!plan.ok) return "--experts stream";
+  if (plan.placement != Placement::kStream) return fmt::format("--experts {}", placement_name(plan.placement));
+  return "--experts stream --ssd-streaming-cache-experts " + format_flag_size(plan.cache_bytes);
+}
+
+MemoryFacts memory_facts(const gguf::File& file) {
+  const ModelSummary m = read_model_summary(file);
+  int first_mtp = -1;
+  if (m.n_layer && m.n_mtp_layers && *m.n_mtp_layers > 0)
+    first_mtp = static_cast<int>(std::clamp<int64_t>(*m.n_layer - *m.n_mtp_layers, 0, INT32_MAX));
+  MemoryFacts f;
+  std::map<int, uint64_t> expert_bytes;  // layer → one expert's bytes
+  for (const auto& t : file.tensors()) {
+    const std::optional<int> layer = layer_of(t.name);
+    if (layer && first_mtp >= 0 && *layer >= first_mtp) continue;  // never read by the forward pass
+    if (classify_tensor(t.name, first_mtp) != TensorClass::RoutedExpert) {
+      f.resident_bytes = sat_add(f.resident_bytes, t.nbytes);
+      continue;
+    }
+    f.routed_bytes = sat_add(f.routed_bytes, t.nbytes);
+    if (auto s = expert_slice(t); s && layer) expert_bytes[*layer] += s->bytes_per_expert;
+  }
+  for (const auto& [layer, b] : expert_bytes) f.expert_bytes = std::max(f.expert_bytes, b);
+  f.n_expert = static_cast<int>(m.n_expert.value_or(0));
+  f.n_expert_used = static_cast<int>(m.n_expert_used.value_or(0));
+  const KvEstimate kv = estimate_kv(m, 1);
+  f.kv_bytes_per_token = kv.bytes_per_token;
+  f.kv_fixed_bytes = kv.fixed_bytes;
+  return f;
 }
 
 ModelReport analyze_model(const gguf::File& file, const SizingOptions& opts) {
@@ -237,16 +266,22 @@ ModelReport analyze_model(const gguf::File& file, const SizingOptions& opts) {
   if (ctx <= 0) fail("context size {} must be positive", ctx);
   r.kv = estimate_kv(r.model, ctx);
 
-  uint64_t ram = 0;
+  MemoryBudget budget;
   if (opts.ram) {
-    ram = *opts.ram;
+    budget = memory_budget(MemInfo{}, *opts.ram, "--ram");
   } else {
-    auto avail = read_meminfo().available_bytes();
-    if (!avail) fail("cannot determine the available memory (no /proc/meminfo or cgroup limit); pass --ram SIZE");
-    ram = *avail;
+    const MemInfo mi = read_meminfo();
+    if (!mi.available_bytes())
+      fail("cannot determine the available memory (no /proc/meminfo or cgroup limit); pass --ram SIZE");
+    budget = memory_budget(mi, 0, "");
   }
+  r.facts = memory_facts(file);
+  r.plan = plan_memory(r.facts, {.budget = budget, .n_ctx = ctx});
+  r.decode = estimate_decode(r.facts, r.plan, opts.disk_bytes_per_second, opts.ram_tokens_per_second);
   const uint64_t routed = r.class_totals[static_cast<size_t>(TensorClass::RoutedExpert)];
-  r.verdict = make_verdict(ram, r.total_bytes - routed, r.kv.bytes, routed);
+  r.verdict = make_verdict(budget.bytes, r.total_bytes - routed, r.kv.bytes, routed,
+                          budget.bytes - r.plan.usable + r.plan.margin);
+  r.verdict.flags = suggested_flags(r.facts, r.plan);
   return r;
 }
 

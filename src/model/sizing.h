@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "model/memory_plan.h"
 #include "model/tensor_class.h"
 
 namespace sluice {
@@ -69,11 +70,13 @@ struct Verdict {
   uint64_t resident = 0;       // every non-routed tensor
   uint64_t kv = 0;
   uint64_t routed = 0;
-  uint64_t expert_budget = 0;  // ram − resident − kv, 0 when they alone exceed ram
+  uint64_t reserved = 0;       // kept back by the planner: the unusable share and the margin
+  uint64_t expert_budget = 0;  // ram − reserved − resident − kv, 0 when they alone exceed ram
   double fraction = 0;         // of routed experts that fit in the budget, capped at 1
   VerdictLevel level = VerdictLevel::TooSmall;
   std::string message;         // "near in-RAM speed", ...
-  std::string flags;           // suggested run flags; empty for a model without routed experts
+  std::string flags;           // what `run` does with this budget, as flags (from the memory plan);
+                               // empty for a model without routed experts
 };
 
 struct ModelReport {
@@ -85,19 +88,34 @@ struct ModelReport {
   uint64_t total_bytes = 0;
   std::vector<ExpertShape> expert_shapes;
   KvEstimate kv;
+  MemoryFacts facts;     // what the planner reads (as Engine::load computes them)
+  MemoryPlan plan;       // what `run` does with this budget and context
+  DecodeEstimate decode;  // I/O-bound decode speed at the plan's fit fraction
   Verdict verdict;
 };
 
 struct SizingOptions {
   std::optional<int64_t> ctx;   // default: the model's context_length capped at 4096
-  std::optional<uint64_t> ram;  // default: read_meminfo().available_bytes()
+  std::optional<uint64_t> ram;  // a hard budget, as `run --mem-limit`; default: detected as `run` does
+  double disk_bytes_per_second = 0;  // for the decode estimate; 0: no estimate
+  double ram_tokens_per_second = 0;  // decode speed with every expert in RAM; 0: I/O ceiling only
 };
 
 ModelSummary read_model_summary(const gguf::File& file);
 TokenizerSummary read_tokenizer_summary(const gguf::File& file);
 KvEstimate estimate_kv(const ModelSummary& m, int64_t ctx);
 // The thresholds: ≥ 70 % of routed experts fit → NearInRam, ≥ 40 % → Usable, else TooSmall.
-Verdict make_verdict(uint64_t ram, uint64_t resident, uint64_t kv, uint64_t routed);
+// `reserved`: the part of `ram` the planner keeps back (the unusable share and the margin), so
+// that the budget left for experts is the plan's. `flags` is left empty: it comes from the memory
+// plan (suggested_flags).
+Verdict make_verdict(uint64_t ram, uint64_t resident, uint64_t kv, uint64_t routed, uint64_t reserved = 0);
+// The flags that make `run` place experts as `plan` does; empty without routed experts.
+std::string suggested_flags(const MemoryFacts& facts, const MemoryPlan& plan);
+// The planner's inputs from a model file, counted as the engine counts them: routed expert
+// weights of the forward pass's layers; resident is every other tensor of those layers and the
+// globals (nextn/MTP blocks are never read). Routed expert biases (gpt-oss) are in neither.
+// kv_bytes_per_token is inspect's estimate, which equals the engine's cache (tested per preset).
+MemoryFacts memory_facts(const gguf::File& file);
 // A byte count as a flag value that parse_byte_size reads back, rounded down by under 1 %
 // ("11.5GiB", "1945KiB").
 std::string format_flag_size(uint64_t bytes);

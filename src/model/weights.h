@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "model/tensor.h"
+#include "tensor/tensor.h"
 
 namespace sluice {
 

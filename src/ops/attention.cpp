@@ -46,7 +46,8 @@ void attention(ThreadPool& pool, const AttentionParams& p, const KvCache& kv, in
       }
       std::fill(acc.begin(), acc.end(), 0.0f);
       for (int32_t k = first; k <= last; ++k) {
-        const float* vr = kv.v(seq[t], layer, k) + kvh * p.head_dim_v;
+        const float* vr = p.values_in_keys ? kv.k(seq[t], layer, k) + kvh * p.head_dim_k
+                                           : kv.v(seq[t], layer, k) + kvh * p.head_dim_v;
         const float w = scores[k - first];
         for (int d = 0; d < p.head_dim_v; ++d) acc[d] += w * vr[d];
       }

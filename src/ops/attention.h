@@ -1,5 +1,6 @@
 // Causal multi-head attention over the KV cache with grouped KV heads (GQA/MQA), optional
 // sliding window and attention sinks. Queries of a batch may belong to different sequences.
+// Absorbed MLA is the case n_head_kv = 1 with the latent as both key prefix and value.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +18,7 @@ struct AttentionParams {
   float scale = 1.0f;            // applied to q·k
   int window = 0;                // > 0: a query at p sees keys k with p − k < window
   const float* sinks = nullptr;  // (n_head) extra softmax logit per head that carries no value
+  bool values_in_keys = false;   // MLA: a key row's first head_dim_v floats are its value (no V cache)
 };
 
 // q: (n_tok, n_head·head_dim_k); out: (n_tok, n_head·head_dim_v). Token t attends to positions

@@ -10,17 +10,9 @@
 #include "core/thread_pool.h"
 #include "quant/dispatch.h"
 #include "quant/types.h"
+#include "tensor/tensor.h"
 
 namespace sluice {
-
-// A 2-D weight matrix in GGML layout: n_out rows of n_in values, rows contiguous, any block type.
-struct MatView {
-  GgmlType type;
-  int64_t n_in;   // ne[0], values per row
-  int64_t n_out;  // number of rows
-  const std::byte* data;
-  uint64_t row_stride;  // bytes between rows
-};
 
 // y (n_tokens × n_out, row-major) = x (n_tokens × n_in, row-major) · Wᵀ, parallel over the pool.
 // Throws sluice::Error when n_in is not a whole number of blocks, the stride is shorter than a

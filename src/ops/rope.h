@@ -6,9 +6,23 @@
 #include <cstdint>
 #include <vector>
 
-#include "model/hparams.h"
-
 namespace sluice {
+
+enum class RopeType { kNorm, kNeox };          // adjacent pairs (llama) / split halves (NeoX, qwen)
+enum class RopeScaling { kNone, kLinear, kYarn };
+
+struct RopeParams {
+  RopeType type = RopeType::kNorm;
+  int n_rot = 0;                 // rotated dimensions per head (≤ head dim: partial rotary)
+  float freq_base = 10000.0f;
+  float freq_scale = 1.0f;       // 1 / scaling factor
+  RopeScaling scaling = RopeScaling::kNone;
+  int n_ctx_orig = 0;            // original training context (YaRN)
+  float ext_factor = 0.0f;       // YaRN extrapolation mix (1 when YaRN is on)
+  float attn_factor = 1.0f;      // magnitude scale applied to cos/sin
+  float beta_fast = 32.0f;
+  float beta_slow = 1.0f;
+};
 
 // Precomputed rotation for one position: cos/sin for each of n_rot/2 pairs.
 class RopeCache {

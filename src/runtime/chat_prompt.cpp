@@ -1,7 +1,7 @@
-// Chat prompt tokens for servers (see sluice/serving.h): the model's own Jinja chat template when
-// it has one, else a plain-text fallback. The fallback exists for base models such as the shipped
-// tiny model, whose vocabulary has no turn markers: "User: ..." / "Assistant: ..." lines read as
-// ordinary text (the format `sluice chat` uses too; the server adds "\nUser:" as a stop string).
+// Chat prompt tokens for the server and `sluice chat` (see sluice/serving.h): the model's own
+// Jinja chat template when it has one, else a plain-text fallback. The fallback exists for base
+// models such as the shipped tiny model, whose vocabulary has no turn markers: "User: ..." /
+// "Assistant: ..." lines read as ordinary text, and "\nUser:" stops a reply.
 #include <nlohmann/json.hpp>
 
 #include "chat/chat_template.h"
@@ -12,6 +12,10 @@
 namespace sluice {
 
 namespace {
+
+constexpr const char* kUserPrefix = "User: ";
+constexpr const char* kAssistantPrefix = "Assistant:";
+constexpr const char* kFallbackStop = "\nUser:";
 
 // Text of a message's content: a string, null, or an array of {"type":"text","text":...} parts.
 std::string content_text(const nlohmann::ordered_json& content) {
@@ -24,51 +28,61 @@ std::string content_text(const nlohmann::ordered_json& content) {
   return out;
 }
 
-std::string fallback_prompt(const nlohmann::ordered_json& messages) {
+std::string fallback_prompt(const nlohmann::ordered_json& messages, bool add_generation_prompt) {
   std::string out;
   for (const auto& m : messages) {
     const std::string role = m.value("role", "user");
     const std::string content = content_text(m.value("content", nlohmann::ordered_json()));
     if (role == "system") out += content + "\n\n";
-    else if (role == "assistant") out += "Assistant: " + content + "\n";
-    else out += "User: " + content + "\n";
+    else if (role != "assistant") out += kUserPrefix + content + "\n";
+    // A reply kept as generated brings its own leading space, so the next prompt starts with
+    // exactly the cached tokens; trimmed text (from a client) gets the space here.
+    else if (!content.empty() && (content[0] == ' ' || content[0] == '\n')) out += kAssistantPrefix + content + "\n";
+    else out += std::string(kAssistantPrefix) + " " + content + "\n";
   }
-  return out + "Assistant:";
+  return add_generation_prompt ? out + kAssistantPrefix : out;
 }
 
 }  // namespace
 
 std::vector<int32_t> chat_prompt_tokens(Engine& engine, std::string_view messages_json, std::string_view tools_json,
-                                        std::string* rendered) {
-  Engine::Impl& e = engine.impl();
+                                        std::string* rendered, const ChatPromptOptions& options) {
+  Engine::Impl& e = engine_impl(engine);
   nlohmann::ordered_json messages = nlohmann::ordered_json::parse(messages_json, nullptr, false);
   if (!messages.is_array()) fail("messages must be a JSON array");
   const std::string& source = e.info.chat_template;
+  const Tokenizer& tk = *e.tokenizer;
   std::string text;
   if (source.empty()) {
-    text = fallback_prompt(messages);
+    text = fallback_prompt(messages, options.add_generation_prompt);
     if (rendered) *rendered = text;
-    return e.tokenizer->encode(text, true, false);
+    return tk.encode(text, true, false);
   }
   chat::ChatRequest req;
   req.messages = std::move(messages);
+  req.add_generation_prompt = options.add_generation_prompt;
   if (!tools_json.empty()) {
     req.tools = nlohmann::ordered_json::parse(tools_json, nullptr, false);
     if (req.tools.is_discarded()) fail("tools must be valid JSON");
   }
-  const Tokenizer& tk = *e.tokenizer;
-  if (tk.bos() >= 0) req.bos_token = tk.token_text(tk.bos());
-  if (tk.eos() >= 0) req.eos_token = tk.token_text(tk.eos());
+  req.bos_token = e.info.bos_token;
+  req.eos_token = e.info.eos_token;
+  if (options.enable_thinking) req.extra["enable_thinking"] = *options.enable_thinking;
   try {
     text = chat::render_chat(source, req);
   } catch (const std::exception& ex) {
     fail("the model's chat template failed: {}", ex.what());
   }
   if (rendered) *rendered = text;
-  // Templates that write bos_token themselves would otherwise get a second BOS from add_special.
-  std::vector<int32_t> tokens = tk.encode(text, true, true);
-  if (tokens.size() >= 2 && tk.bos() >= 0 && tokens[0] == tk.bos() && tokens[1] == tk.bos()) tokens.erase(tokens.begin());
-  return tokens;
+  // A template that writes bos_token itself must not get a second BOS from the tokenizer.
+  const std::string& bos = e.info.bos_token;
+  const bool template_wrote_bos = !bos.empty() && text.starts_with(bos);
+  return tk.encode(text, !template_wrote_bos, true);
+}
+
+std::vector<std::string> chat_stop_strings(const Engine& engine) {
+  if (engine.info().chat_template.empty()) return {kFallbackStop};
+  return {};
 }
 
 }  // namespace sluice

@@ -11,7 +11,6 @@
 #include "model/model.h"
 #include "runtime/engine_impl.h"
 #include "runtime/expert_setup.h"
-#include "sampling/sampler.h"
 #include "sluice/sluice.h"
 #include "tokenizer/tokenizer.h"
 
@@ -29,6 +28,15 @@ int default_threads() {
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
 
+Engine::Impl& engine_impl(Engine& engine) { return *engine.impl_; }
+
+ExpertsLease::ExpertsLease(Engine::Impl& engine, const char* user) : busy_(engine.experts_busy) {
+  if (busy_.exchange(true))
+    fail("{} cannot run: the engine's expert store is in use (a Scheduler is serving, or another Session is "
+         "evaluating on another thread)",
+         user);
+}
+
 std::unique_ptr<Engine> Engine::load(const EngineOptions& o) {
   Timer timer;
   auto impl = std::make_unique<Impl>();
@@ -40,17 +48,12 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& o) {
   const HParams& hp = impl->model->hparams();
   if (impl->tokenizer->n_vocab() > hp.n_vocab)
     fail("the tokenizer has {} tokens but the model's embedding has {} rows", impl->tokenizer->n_vocab(), hp.n_vocab);
-  if (o.experts != "auto" && o.experts != "ram" && o.experts != "mmap" && o.experts != "stream")
-    fail("--experts '{}': expected auto, ram, mmap or stream", o.experts);
-  if (o.cache_policy != "lru" && o.cache_policy != "lfu" && o.cache_policy != "nextuse")
-    fail("--ssd-streaming-policy '{}': expected lru, lfu or nextuse", o.cache_policy);
   impl->n_ctx = o.n_ctx;
   if (hp.n_ctx_train > 0) impl->n_ctx = std::min(impl->n_ctx, hp.n_ctx_train);
-  const uint64_t kv_bytes = impl->model->make_kv_cache(impl->n_ctx)->bytes_for(impl->n_ctx);
-  const ExpertPlan plan = plan_experts(*impl->file, *impl->model, o, kv_bytes);
-  impl->model->set_expert_store(make_expert_store(*impl->file, *impl->model, o, plan));
-  impl->model->set_prefetch(o.prefetch && plan.mode == "stream");
-  const std::string mode = plan.mode;
+  const std::unique_ptr<KvCache> kv_shape = impl->model->make_kv_cache(impl->n_ctx);
+  const ExpertPlan plan = plan_experts(*impl->file, o, *kv_shape, impl->n_ctx);
+  impl->experts = make_expert_store(*impl->file, *impl->model, o, plan);
+  impl->model->set_prefetch(o.prefetch && plan.memory.placement == Placement::kStream);
 
   ModelInfo& mi = impl->info;
   mi.architecture = hp.arch;
@@ -66,12 +69,13 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& o) {
   const Tokenizer& tk = *impl->tokenizer;
   if (tk.bos() >= 0) mi.bos_token = tk.token_text(tk.bos());
   if (tk.eos() >= 0) mi.eos_token = tk.token_text(tk.eos());
-  mi.experts_mode = mode;
-  mi.experts_detail = impl->model->experts().describe() + "; " + plan.reason;
-  mi.resident_bytes = plan.resident_bytes;
-  mi.routed_bytes = plan.routed_bytes;
+  mi.experts_mode = placement_name(plan.memory.placement);
+  mi.experts_detail = impl->experts->describe() + "; " + plan.memory.reason;
+  mi.resident_bytes = plan.facts.resident_bytes;
+  mi.routed_bytes = plan.facts.routed_bytes;
+  mi.expert_cache_bytes = plan.memory.cache_bytes;
   mi.n_ctx = impl->n_ctx;
-  mi.kv_bytes = kv_bytes;
+  mi.kv_bytes = plan.memory.kv_bytes;
   mi.memlock_limit = read_meminfo().memlock_limit.value_or(0);
   impl->load_seconds = timer.seconds();
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
@@ -91,7 +95,7 @@ std::string Engine::detokenize(std::span<const int32_t> tokens) const {
 bool Engine::is_eog(int32_t token) const { return impl_->tokenizer->is_eog(token); }
 
 ExpertStats Engine::expert_stats() const {
-  ExpertStoreStats s = impl_->model->experts().stats();
+  ExpertStoreStats s = impl_->experts->stats();
   return {s.requests, s.hits, s.misses, s.bytes_read, s.read_seconds, s.stall_seconds, s.prefetch_issued, s.prefetch_used,
           s.certain_issued, s.certain_used, s.cache_bytes};
 }
@@ -107,6 +111,7 @@ struct Session::Impl {
   void run(std::span<const int32_t> toks, int from, std::vector<float>* all) {
     Model& m = *engine->model;
     const int n_vocab = m.hparams().n_vocab;
+    ExpertsLease lease(*engine, "a Session");
     Batch b;
     std::vector<float> out;
     for (int start = from; start < static_cast<int>(toks.size()); start += kPrefillChunk) {
@@ -114,7 +119,7 @@ struct Session::Impl {
       b.clear();
       for (int i = start; i < end; ++i) b.add(toks[i], i, 0, all != nullptr || i == end - 1);
       try {
-        m.forward(*engine->pool, b, *kv, out);
+        m.forward(*engine->pool, b, *kv, *engine->experts, out);
       } catch (...) {
         // The cache holds only fully evaluated steps; forget the rest so the session stays usable.
         tokens.resize(kv->length(0));
@@ -153,15 +158,12 @@ std::span<const float> Session::evaluate(std::span<const int32_t> toks) {
   if (toks.empty()) fail("cannot evaluate an empty prompt");
   if (static_cast<int>(toks.size()) > s.kv->n_ctx())
     fail("prompt of {} tokens exceeds the context of {} tokens", toks.size(), s.kv->n_ctx());
-  size_t common = 0;
-  while (common < s.tokens.size() && common < toks.size() && s.tokens[common] == toks[common]) ++common;
-  // The last token is always re-run so its logits are fresh.
-  if (common == toks.size()) --common;
-  s.kv->truncate(0, static_cast<int>(common));
-  common = static_cast<size_t>(s.kv->length(0));  // a cache may keep less than asked (deepseek4 rings)
-  s.reused = static_cast<int>(common);
+  s.kv->truncate(0, reusable_prefix(s.tokens, toks));
+  // A cache may keep less than asked (deepseek4's rings cannot be rolled back far).
+  const int common = s.kv->length(0);
+  s.reused = common;
   s.tokens.assign(toks.begin(), toks.end());
-  s.run(toks, static_cast<int>(common), nullptr);
+  s.run(toks, common, nullptr);
   return s.logits;
 }
 
@@ -178,51 +180,22 @@ std::vector<float> Session::evaluate_all(std::span<const int32_t> toks) {
 
 GenerateResult Session::generate(std::span<const int32_t> prompt, const GenerateOptions& o, const TokenCallback& on_token) {
   Impl& s = *impl_;
-  GenerateResult r;
   Timer t;
   evaluate(prompt);
-  r.n_reused = s.reused;
-  r.n_prompt = static_cast<int>(prompt.size()) - r.n_reused;
-  r.prefill_seconds = t.seconds();
+  const double prefill_seconds = t.seconds();
+  Generation gen(*s.engine->tokenizer, o, prompt, s.reused);
   t.reset();
-
-  const SamplingOptions& so = o.sampling;
-  Sampler sampler({so.temperature, so.top_k, so.top_p, so.min_p, so.repeat_penalty, so.presence_penalty,
-                   so.frequency_penalty, so.penalty_last_n, so.seed});
-  for (int32_t tok : prompt) sampler.accept(tok);
-  StreamDecoder dec(*s.engine->tokenizer);
-  StopMatcher stops(o.stop);
-  const Tokenizer& tk = *s.engine->tokenizer;
-  for (int i = 0; i < o.max_tokens; ++i) {
-    if (static_cast<int>(s.tokens.size()) >= s.kv->n_ctx()) {
-      r.finish = FinishReason::kLength;
-      break;
-    }
-    const int32_t tok = sampler.sample(s.logits);
-    sampler.accept(tok);
-    r.tokens.push_back(tok);
-    if (o.stop_at_eog && tk.is_eog(tok)) {
-      r.finish = FinishReason::kEog;
-      break;
-    }
-    std::string piece = stops.push(dec.push(tok));
-    r.text += piece;
-    if (on_token && !on_token(tok, piece)) {
-      r.finish = FinishReason::kCancelled;
-      break;
-    }
-    if (stops.matched()) {
-      r.finish = FinishReason::kStop;
-      break;
-    }
-    s.tokens.push_back(tok);
+  while (!gen.limit_reached(static_cast<int>(s.tokens.size()), s.kv->n_ctx())) {
+    const Generation::Sampled next = gen.sample(s.logits);
+    if (next.emitted && on_token && !on_token(next.token, next.text)) gen.cancel();
+    if (gen.finished()) break;
+    s.tokens.push_back(next.token);
     s.run(s.tokens, static_cast<int>(s.tokens.size()) - 1, nullptr);
   }
-  if (r.finish == FinishReason::kLength || r.finish == FinishReason::kEog) {
-    std::string tail = stops.flush(dec.flush());
-    r.text += tail;
-    if (on_token && !tail.empty()) on_token(-1, tail);
-  }
+  std::string tail;
+  GenerateResult r = gen.finish(&tail);
+  if (on_token && !tail.empty()) on_token(-1, tail);
+  r.prefill_seconds = prefill_seconds;
   r.decode_seconds = t.seconds();
   return r;
 }

@@ -1,13 +1,14 @@
 // Engine internals shared by the runtime's translation units (sessions, the batch scheduler).
 #pragma once
 
+#include <atomic>
 #include <memory>
-#include <string>
-#include <vector>
 
 #include "core/thread_pool.h"
+#include "experts/expert_store.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
+#include "runtime/request.h"
 #include "sluice/sluice.h"
 #include "tokenizer/tokenizer.h"
 
@@ -19,25 +20,29 @@ struct Engine::Impl {
   std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<ThreadPool> pool;
+  // Owned here and passed to every forward call. One user at a time: a running Scheduler holds
+  // it for its whole life, a Session for each evaluation; a second user fails instead of racing
+  // on the cache (and the thread pool).
+  std::unique_ptr<ExpertStore> experts;
+  std::atomic<bool> experts_busy{false};
   ModelInfo info;
   int n_ctx = 0;  // per-session context
   double load_seconds = 0;
 };
 
-// Withholds generated text that could be the start of a stop string, and reports a match.
-class StopMatcher {
+Engine::Impl& engine_impl(Engine& engine);
+
+// Exclusive use of an engine's expert store and pool for a scope; throws sluice::Error naming
+// `user` when another user holds them.
+class ExpertsLease {
  public:
-  explicit StopMatcher(std::vector<std::string> stops) : stops_(std::move(stops)) {}
-  // Adds text; returns what is safe to emit (never part of a stop string).
-  std::string push(const std::string& text);
-  // End of generation: returns any withheld text.
-  std::string flush(const std::string& text);
-  bool matched() const { return matched_; }
+  ExpertsLease(Engine::Impl& engine, const char* user);
+  ~ExpertsLease() { busy_.store(false); }
+  ExpertsLease(const ExpertsLease&) = delete;
+  ExpertsLease& operator=(const ExpertsLease&) = delete;
 
  private:
-  std::vector<std::string> stops_;
-  std::string pending_;
-  bool matched_ = false;
+  std::atomic<bool>& busy_;
 };
 
 }  // namespace sluice

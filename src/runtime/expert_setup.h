@@ -6,22 +6,23 @@
 #include <string>
 
 #include "experts/expert_store.h"
+#include "model/memory_plan.h"
 #include "sluice/sluice.h"
 
 namespace sluice {
 
 namespace gguf { class File; }
+class KvCache;
 class Model;
 
 struct ExpertPlan {
-  std::string mode;            // ram | mmap | stream
-  uint64_t resident_bytes = 0;
-  uint64_t routed_bytes = 0;
-  uint64_t cache_bytes = 0;    // stream mode
-  std::string reason;          // why this mode / this size, for the startup report
+  MemoryFacts facts;   // from the file (model/sizing), with the engine's KV bytes
+  MemoryPlan memory;   // placement, cache size and why
 };
 
-ExpertPlan plan_experts(const gguf::File& file, const Model& model, const EngineOptions& o, uint64_t kv_bytes);
+// Reads the budget (--mem-limit, else the system) and runs the memory planner; throws
+// sluice::Error with the planner's reason when the budget cannot hold the fixed costs.
+ExpertPlan plan_experts(const gguf::File& file, const EngineOptions& o, const KvCache& kv, int n_ctx);
 std::unique_ptr<ExpertStore> make_expert_store(const gguf::File& file, const Model& model, const EngineOptions& o,
                                                const ExpertPlan& plan);
 // The heat profile of a model file: $SLUICE_HEAT_DIR, else $XDG_CACHE_HOME/sluice, else

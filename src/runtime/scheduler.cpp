@@ -19,7 +19,6 @@
 #include "core/error.h"
 #include "core/timer.h"
 #include "runtime/engine_impl.h"
-#include "sampling/sampler.h"
 #include "sluice/serving.h"
 
 namespace sluice {
@@ -91,24 +90,18 @@ struct Slot {
   std::shared_ptr<HandleState> handle;  // null: idle
   GenerateOptions options;
   std::optional<Clock::time_point> deadline;
-  std::optional<Sampler> sampler;
-  std::optional<StreamDecoder> decoder;
-  std::optional<StopMatcher> stops;
-  GenerateResult result;
+  std::optional<Generation> gen;
+  double prefill_seconds = 0;
   bool decoding = false;  // the first token has been sampled
   Timer timer;
 };
-
-SamplingParams sampling_params(const SamplingOptions& so) {
-  return {so.temperature, so.top_k,          so.top_p,    so.min_p, so.repeat_penalty, so.presence_penalty,
-          so.frequency_penalty, so.penalty_last_n, so.seed};
-}
 
 }  // namespace
 
 struct Scheduler::Impl {
   Engine& public_engine;  // for expert_stats()
   Engine::Impl& engine;
+  ExpertsLease lease;  // the engine's expert store and pool are ours while the scheduler lives
   SchedulerOptions options;
   std::unique_ptr<KvCache> kv;
   std::vector<Slot> slots;
@@ -122,7 +115,8 @@ struct Scheduler::Impl {
   SchedulerStats stats;
   std::thread thread;
 
-  Impl(Engine& e, const SchedulerOptions& o) : public_engine(e), engine(e.impl()), options(o) {
+  Impl(Engine& e, const SchedulerOptions& o)
+      : public_engine(e), engine(engine_impl(e)), lease(engine, "a Scheduler"), options(o) {
     kv = engine.model->make_kv_cache(engine.n_ctx);
     slots.resize(o.n_parallel);
     for (int i = 0; i < o.n_parallel; ++i) slots[i].id = i;
@@ -132,14 +126,10 @@ struct Scheduler::Impl {
     return std::any_of(slots.begin(), slots.end(), [](const Slot& s) { return s.handle != nullptr; });
   }
 
-  // Length of the evaluated prefix of slot s shared with `prompt`, capped so that at least the
-  // last prompt token is evaluated again (its logits start generation).
+  // Tokens of `prompt` that slot s's evaluated context can serve.
   int common_prefix(const Slot& s, const std::vector<int32_t>& prompt) const {
-    const int evaluated = std::min<int>(kv->length(s.id), s.ctx.size());
-    const int limit = std::min<int>(evaluated, static_cast<int>(prompt.size()) - 1);
-    int n = 0;
-    while (n < limit && s.ctx[n] == prompt[n]) ++n;
-    return n;
+    const size_t evaluated = std::min<size_t>(kv->length(s.id), s.ctx.size());
+    return reusable_prefix(std::span<const int32_t>(s.ctx.data(), evaluated), prompt);
   }
 
   void start(Slot& s, Pending&& p) {
@@ -159,13 +149,8 @@ struct Scheduler::Impl {
     s.ctx = prompt;
     s.options = p.request.options;
     s.deadline = p.deadline;
-    s.sampler.emplace(sampling_params(s.options.sampling));
-    for (int32_t t : prompt) s.sampler->accept(t);
-    s.decoder.emplace(*engine.tokenizer);
-    s.stops.emplace(s.options.stop);
-    s.result = GenerateResult{};
-    s.result.n_reused = best;
-    s.result.n_prompt = static_cast<int>(prompt.size()) - best;
+    s.gen.emplace(*engine.tokenizer, s.options, prompt, best);
+    s.prefill_seconds = 0;
     s.decoding = false;
     s.timer.reset();
     s.last_used = s.admitted = ++admissions;
@@ -175,20 +160,19 @@ struct Scheduler::Impl {
     publish_locked();
   }
 
-  // Ends the active request of slot s and sends its final event.
-  void finish(Slot& s, FinishReason reason, bool timed_out = false) {
-    if (reason == FinishReason::kLength || reason == FinishReason::kEog) {
-      std::string tail = s.stops->flush(s.decoder->flush());
-      s.result.text += tail;
-      s.handle->push_text(std::move(tail));
-    }
-    s.result.finish = reason;
-    (s.decoding ? s.result.decode_seconds : s.result.prefill_seconds) = s.timer.seconds();
+  // Ends the active request of slot s (its generation state says why) and sends its final event.
+  void finish(Slot& s, bool timed_out = false) {
+    std::string tail;
+    GenerateResult result = s.gen->finish(&tail);
+    s.handle->push_text(std::move(tail));
+    result.prefill_seconds = s.prefill_seconds;
+    (s.decoding ? result.decode_seconds : result.prefill_seconds) = s.timer.seconds();
+    const FinishReason reason = result.finish;
     release(s, reason == FinishReason::kCancelled);
     CompletionEvent done;
     done.kind = CompletionEvent::Kind::kDone;
     done.timed_out = timed_out;
-    done.result = std::move(s.result);
+    done.result = std::move(result);
     std::shared_ptr<HandleState> handle = std::move(s.handle);  // the slot is idle from here
     {
       // Stats first: a client that sees the final event also sees it counted.
@@ -223,9 +207,7 @@ struct Scheduler::Impl {
 
   // Keeps only the evaluated context (for prefix reuse), or frees the slot's KV blocks.
   void release(Slot& s, bool drop) {
-    s.sampler.reset();
-    s.decoder.reset();
-    s.stops.reset();
+    s.gen.reset();
     if (drop) {
       kv->remove(s.id);
       s.ctx.clear();
@@ -238,26 +220,18 @@ struct Scheduler::Impl {
   void on_logits(Slot& s, std::span<const float> logits) {
     if (!s.decoding) {
       s.decoding = true;
-      s.result.prefill_seconds = s.timer.seconds();
+      s.prefill_seconds = s.timer.seconds();
       s.timer.reset();
     }
-    if (static_cast<int>(s.result.tokens.size()) >= s.options.max_tokens ||
-        static_cast<int>(s.ctx.size()) >= kv->n_ctx())
-      return finish(s, FinishReason::kLength);
-    const int32_t tok = s.sampler->sample(logits);
-    s.sampler->accept(tok);
-    s.result.tokens.push_back(tok);
+    if (s.gen->limit_reached(static_cast<int>(s.ctx.size()), kv->n_ctx())) return finish(s);
+    Generation::Sampled next = s.gen->sample(logits);
     {
       std::lock_guard<std::mutex> lock(mutex);
       ++stats.generated_tokens;
     }
-    if (s.options.stop_at_eog && engine.tokenizer->is_eog(tok)) return finish(s, FinishReason::kEog);
-    std::string piece = s.stops->push(s.decoder->push(tok));
-    s.result.text += piece;
-    s.handle->push_text(std::move(piece));
-    if (s.stops->matched()) return finish(s, FinishReason::kStop);
-    if (static_cast<int>(s.result.tokens.size()) >= s.options.max_tokens) return finish(s, FinishReason::kLength);
-    s.ctx.push_back(tok);
+    if (next.emitted) s.handle->push_text(std::move(next.text));
+    if (s.gen->finished()) return finish(s);
+    s.ctx.push_back(next.token);
   }
 
   // Takes queued requests into idle slots; drops cancelled and expired ones. Called unlocked.
@@ -317,8 +291,10 @@ struct Scheduler::Impl {
     const Clock::time_point now = Clock::now();
     for (Slot& s : slots) {
       if (!s.handle) continue;
-      if (s.handle->cancelled()) finish(s, FinishReason::kCancelled);
-      else if (s.deadline && now >= *s.deadline) finish(s, FinishReason::kCancelled, true);
+      const bool timed_out = !s.handle->cancelled() && s.deadline && now >= *s.deadline;
+      if (!s.handle->cancelled() && !timed_out) continue;
+      s.gen->cancel();
+      finish(s, timed_out);
     }
     batch.clear();
     rows.clear();
@@ -348,7 +324,7 @@ struct Scheduler::Impl {
 
     Timer t;
     try {
-      engine.model->forward(*engine.pool, batch, *kv, logits);
+      engine.model->forward(*engine.pool, batch, *kv, *engine.experts, logits);
     } catch (const std::exception& e) {
       // The cache state of every sequence in the failed step is unknown: fail them all.
       for (Slot& s : slots)

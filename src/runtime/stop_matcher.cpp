@@ -1,6 +1,6 @@
 // Stop-string matching over streamed text: text is held back only while it could still grow into
 // a stop string, so streaming clients never see a stop string or a prefix of one.
-#include "runtime/engine_impl.h"
+#include "runtime/request.h"
 
 namespace sluice {
 

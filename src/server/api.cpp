@@ -2,7 +2,7 @@
 // Sampling defaults are the engine's (temperature 0.8, top_k 40, top_p 0.95, min_p 0.05); a
 // request without a seed gets a random one. max_tokens defaults: completions 16 (as OpenAI),
 // chat up to the context; Anthropic requires it.
-#include "server/api.h"
+#include "api.h"
 
 #include <fmt/format.h>
 
@@ -202,7 +202,7 @@ ParsedRequest parse_request(Api api, const std::string& text, Engine& engine) {
   pr.prompt_field = "messages";
   // Without a chat template the prompt is plain "User:"/"Assistant:" text; stop before the model
   // writes the user's next turn itself.
-  if (engine.info().chat_template.empty()) o.stop.push_back("\nUser:");
+  for (std::string& stop : chat_stop_strings(engine)) o.stop.push_back(std::move(stop));
   try {
     pr.request.prompt = chat_prompt_tokens(engine, to_text(messages), tools);
   } catch (const std::exception& e) {

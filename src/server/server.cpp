@@ -5,7 +5,7 @@
 // the scheduler frees its KV at the next token boundary. While a streaming request waits with
 // nothing to send (queued, long prefill), an SSE comment is written every second so a vanished
 // client is noticed there too.
-#include "server/server.h"
+#include "server.h"
 
 #include <fmt/format.h>
 #include <httplib.h>
@@ -22,7 +22,7 @@
 #include <random>
 #include <thread>
 
-#include "server/api.h"
+#include "api.h"
 
 namespace sluice::server {
 
@@ -105,6 +105,8 @@ class Routes {
       pr = parse_request(api, req.body, engine_);
     } catch (const ApiError& e) {
       return send_error(res, api, e);
+    } catch (const sluice::Error& e) {  // the engine refused the input (chat template, tokens)
+      return send_error(res, api, ApiError(400, e.what(), "invalid_request_error"));
     } catch (const std::exception& e) {
       return send_error(res, api, ApiError(400, e.what(), "invalid_request_error"));
     }

@@ -92,7 +92,7 @@ TEST_P(ArchStream, StreamedExpertsAreBitIdenticalToRam) {
   EngineOptions ram;
   ram.model_path = model.string();
   ram.n_ctx = static_cast<int>(prompt.size()) + kDecode + 1;
-  ram.experts = "ram";
+  ram.experts = ExpertMode::kRam;
   auto in_ram = Engine::load(ram);
   const std::vector<float> expected = run(*in_ram, prompt, kDecode);
   const int n_used = in_ram->info().n_expert_used;
@@ -100,12 +100,12 @@ TEST_P(ArchStream, StreamedExpertsAreBitIdenticalToRam) {
   in_ram.reset();
 
   EngineOptions st = ram;
-  st.experts = "stream";
+  st.experts = ExpertMode::kStream;
   // One slot more than a token needs.
   st.cache_bytes = (n_used + 1) * expert_bytes(model.string());
   st.cold = true;
   st.lock_memory = false;
-  st.cache_policy = c.policy;
+  st.cache_policy = *parse_eviction_policy(c.policy);
   auto streamed = Engine::load(st);
   ASSERT_EQ(streamed->info().experts_mode, "stream");
   const std::vector<float> got = run(*streamed, prompt, kDecode);
@@ -171,10 +171,10 @@ TEST(StreamPolicy, NextUseBeatsLruOnPrefillSweeps) {
     EngineOptions o;
     o.model_path = model;
     o.n_ctx = 64;
-    o.experts = "stream";
+    o.experts = ExpertMode::kStream;
     o.cold = true;
     o.lock_memory = false;
-    o.cache_policy = policy;
+    o.cache_policy = *parse_eviction_policy(policy);
     o.prefetch = false;
     o.cache_bytes = static_cast<uint64_t>(spec.n_layer * spec.n_expert / 2) * (expert_bytes(model) - 3 * 4096);
     auto engine = Engine::load(o);

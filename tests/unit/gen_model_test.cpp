@@ -449,7 +449,7 @@ namespace {
 std::vector<std::vector<int>> routed_counts(const std::string& path, int n_tok) {
   auto file = gguf::File::open(path);
   auto model = load_model(*file);
-  model->set_expert_store(make_in_place_store(model->expert_layout(), "mmap"));
+  auto experts = make_in_place_store(model->expert_layout(), "mmap");
   const HParams& hp = model->hparams();
   ThreadPool pool(1);
   auto kv = model->make_kv_cache(n_tok);
@@ -469,7 +469,7 @@ std::vector<std::vector<int>> routed_counts(const std::string& path, int n_tok) 
     }
   };
   std::vector<float> logits;
-  model->forward(pool, batch, *kv, logits, &hook);
+  model->forward(pool, batch, *kv, *experts, logits, &hook);
   EXPECT_TRUE(std::all_of(logits.begin(), logits.end(), [](float v) { return std::isfinite(v); }));
   return count;
 }

@@ -204,21 +204,20 @@ TEST(InspectVerdict, Thresholds) {
   // 1000 B of routed experts after 100 B resident + 50 B KV: the budget is ram − 150.
   auto at = [](uint64_t ram) { return make_verdict(ram, 100, 50, 1000); };
   EXPECT_EQ(at(1150).level, VerdictLevel::NearInRam);
-  EXPECT_EQ(at(1150).flags, "--experts ram");
   EXPECT_DOUBLE_EQ(at(5000).fraction, 1.0);
   EXPECT_EQ(at(850).level, VerdictLevel::NearInRam);  // exactly 70 %
   EXPECT_EQ(at(850).message, "near in-RAM speed");
-  EXPECT_EQ(at(850).flags, "--experts stream --ssd-streaming-cache-experts 700B");
   EXPECT_EQ(at(849).level, VerdictLevel::Usable);
   EXPECT_EQ(at(849).message, "usable, prompt-dependent");
   EXPECT_EQ(at(550).level, VerdictLevel::Usable);  // exactly 40 %
   EXPECT_EQ(at(549).level, VerdictLevel::TooSmall);
   EXPECT_EQ(at(549).message, "choose a smaller quant");
   EXPECT_EQ(at(100).expert_budget, 0u);
-  EXPECT_EQ(at(100).flags, "--experts stream");
   EXPECT_NE(at(100).message.find("exceed"), std::string::npos);
+  // The planner's reserve (unusable share, margin) comes off the budget before the thresholds.
+  EXPECT_EQ(make_verdict(1000, 100, 50, 1000, 150).level, VerdictLevel::NearInRam);  // exactly 70 %
+  EXPECT_EQ(make_verdict(999, 100, 50, 1000, 150).level, VerdictLevel::Usable);
   // No routed experts: nothing to place, the verdict is whether the rest fits.
-  EXPECT_TRUE(make_verdict(200, 100, 50, 0).flags.empty());
   EXPECT_EQ(make_verdict(200, 100, 50, 0).level, VerdictLevel::NearInRam);
   EXPECT_EQ(make_verdict(120, 100, 50, 0).level, VerdictLevel::TooSmall);
   // Large values do not overflow the threshold arithmetic.

@@ -1,12 +1,13 @@
-// Weight tensors as the model sees them: typed views into memory someone else owns (the GGUF
-// mmap or a loaded copy). Views carry GGML dims so every matmul can check its shapes.
+// Weight tensors as every layer sees them: typed views into memory someone else owns (the GGUF
+// mmap, a loaded copy, an expert-cache slot). Views carry GGML dims so every matmul can check its
+// shapes. The ground floor above the block formats: ops, the expert store and the model use these
+// views, and this header names none of them.
 #pragma once
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
 
-#include "ops/matmul.h"
 #include "quant/types.h"
 
 namespace sluice {
@@ -16,6 +17,15 @@ struct FileRange {
   uint32_t part = 0;
   uint64_t offset = 0;
   uint64_t length = 0;
+};
+
+// A 2-D weight matrix in GGML layout: n_out rows of n_in values, rows contiguous, any block type.
+struct MatView {
+  GgmlType type;
+  int64_t n_in;   // ne[0], values per row
+  int64_t n_out;  // number of rows
+  const std::byte* data;
+  uint64_t row_stride;  // bytes between rows
 };
 
 struct Tensor {

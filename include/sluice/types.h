@@ -1,0 +1,34 @@
+// Vocabulary shared by the public API and the layers below it: the error type every sluice call
+// throws for bad input, and the option enums that front ends parse once from their flags.
+#pragma once
+
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace sluice {
+
+// Every failure caused by input (a file, a flag, a request) is a sluice::Error with a precise,
+// user-facing message; front ends catch it at the top and print it.
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& msg) : std::runtime_error(msg) {}
+};
+
+// Where routed experts live: chosen from the memory budget (auto), kept in RAM, left to the page
+// cache of the mmap, or streamed from SSD through a RAM cache.
+enum class ExpertMode { kAuto, kRam, kMmap, kStream };
+
+// Expert-cache eviction in stream mode. lru: least recently used; lfu: decayed use count
+// (recency-weighted); nextuse: estimated layer steps until the next use (the default: fastest in
+// bench/stream-sweep except Zipf-routed decode at 2 GB, where lfu led).
+enum class EvictionPolicy { kLru, kLfu, kNextUse };
+
+const char* expert_mode_name(ExpertMode m);          // "auto", "ram", "mmap", "stream"
+const char* eviction_policy_name(EvictionPolicy p);  // "lru", "lfu", "nextuse"
+// nullopt for any other spelling.
+std::optional<ExpertMode> parse_expert_mode(std::string_view name);
+std::optional<EvictionPolicy> parse_eviction_policy(std::string_view name);
+
+}  // namespace sluice

@@ -1,0 +1,44 @@
+// Names of the public option enums (sluice/types.h), the one place that spells them.
+#include "sluice/types.h"
+
+#include <array>
+
+namespace sluice {
+
+namespace {
+constexpr std::array kModes = {ExpertMode::kAuto, ExpertMode::kRam, ExpertMode::kMmap, ExpertMode::kStream};
+constexpr std::array kPolicies = {EvictionPolicy::kLru, EvictionPolicy::kLfu, EvictionPolicy::kNextUse};
+}  // namespace
+
+const char* expert_mode_name(ExpertMode m) {
+  switch (m) {
+    case ExpertMode::kAuto: return "auto";
+    case ExpertMode::kRam: return "ram";
+    case ExpertMode::kMmap: return "mmap";
+    case ExpertMode::kStream: return "stream";
+  }
+  return "?";
+}
+
+const char* eviction_policy_name(EvictionPolicy p) {
+  switch (p) {
+    case EvictionPolicy::kLru: return "lru";
+    case EvictionPolicy::kLfu: return "lfu";
+    case EvictionPolicy::kNextUse: return "nextuse";
+  }
+  return "?";
+}
+
+std::optional<ExpertMode> parse_expert_mode(std::string_view name) {
+  for (ExpertMode m : kModes)
+    if (name == expert_mode_name(m)) return m;
+  return std::nullopt;
+}
+
+std::optional<EvictionPolicy> parse_eviction_policy(std::string_view name) {
+  for (EvictionPolicy p : kPolicies)
+    if (name == eviction_policy_name(p)) return p;
+  return std::nullopt;
+}
+
+}  // namespace sluice

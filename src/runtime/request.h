@@ -1,0 +1,78 @@
+// One request's generation state, shared by Session::generate and the batch scheduler so the
+// rules that decide what a sampled token means are written once: sampling (one conversion from
+// SamplingOptions), UTF-8-safe token text, stop strings, the length and end-of-generation rules,
+// and how much of a cached context a new prompt may reuse.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "sampling/sampler.h"
+#include "sluice/sluice.h"
+#include "tokenizer/tokenizer.h"
+
+namespace sluice {
+
+SamplingParams sampling_params(const SamplingOptions& o);
+
+// Tokens of `prompt` that can be served from `cached` (the evaluated context of a KV sequence):
+// their common prefix, capped one short of the prompt so its last token is evaluated again (its
+// logits start generation).
+int reusable_prefix(std::span<const int32_t> cached, std::span<const int32_t> prompt);
+
+// Withholds generated text that could be the start of a stop string, and reports a match.
+class StopMatcher {
+ public:
+  explicit StopMatcher(std::vector<std::string> stops) : stops_(std::move(stops)) {}
+  // Adds text; returns what is safe to emit (never part of a stop string).
+  std::string push(const std::string& text);
+  // End of generation: returns any withheld text.
+  std::string flush(const std::string& text);
+  bool matched() const { return matched_; }
+
+ private:
+  std::vector<std::string> stops_;
+  std::string pending_;
+  bool matched_ = false;
+};
+
+class Generation {
+ public:
+  // `prompt` primes the sampler's penalties; `n_reused` of its tokens came from a cached prefix.
+  Generation(const Tokenizer& tokenizer, const GenerateOptions& options, std::span<const int32_t> prompt,
+             int n_reused);
+
+  // Before sampling: true (and finished with kLength) once max_tokens are generated or the
+  // context is full (`n_used` of `n_ctx` positions, the token to sample included).
+  bool limit_reached(int n_used, int n_ctx);
+
+  struct Sampled {
+    int32_t token = -1;
+    std::string text;      // complete UTF-8, stop strings withheld
+    bool emitted = false;  // false for an end-of-generation token, which has no text
+  };
+  // Samples the next token; finishes on end of generation, a stop string or max_tokens.
+  Sampled sample(std::span<const float> logits);
+  // The caller stops the request (client gone, callback refused, timeout).
+  void cancel();
+
+  bool finished() const { return finished_; }
+  // Ends the request: returns the text still withheld (flushed only when it ended by length or
+  // end of generation; a stop string or a cancellation drops it) and hands over the result.
+  GenerateResult finish(std::string* tail);
+
+ private:
+  void end(FinishReason reason);
+
+  const Tokenizer& tokenizer_;
+  const GenerateOptions options_;
+  Sampler sampler_;
+  StreamDecoder decoder_;
+  StopMatcher stops_;
+  GenerateResult result_;
+  bool finished_ = false;
+};
+
+}  // namespace sluice

@@ -1,0 +1,196 @@
+// The memory planner as a pure function (placement, cache size, margins, reasons, the decode
+// estimate), and the promise it exists for: `inspect` plans exactly what Engine::load does.
+#include <gtest/gtest.h>
+
+#include "core/units.h"
+#include "gguf/gguf.h"
+#include "model/memory_plan.h"
+#include "model/sizing.h"
+#include "sluice/sluice.h"
+#include "test_util.h"
+
+using namespace sluice;
+
+namespace {
+
+constexpr uint64_t kMiB = 1ull << 20, kGiB = 1ull << 30;
+
+MemoryFacts facts() {
+  MemoryFacts f;
+  f.resident_bytes = 500 * kMiB;
+  f.routed_bytes = 4 * kGiB;
+  f.expert_bytes = 2 * kMiB;
+  f.n_expert = 128;
+  f.n_expert_used = 8;
+  f.kv_bytes_per_token = 16384;
+  return f;
+}
+
+PlanRequest hard(uint64_t bytes, int64_t ctx = 4096) { return {.budget = {bytes, true, "--mem-limit"}, .n_ctx = ctx}; }
+
+}  // namespace
+
+TEST(MemoryPlan, StreamsWhatDoesNotFitWithTheRestOfTheBudget) {
+  const MemoryPlan p = plan_memory(facts(), hard(2 * kGiB));
+  ASSERT_TRUE(p.ok) << p.reason;
+  EXPECT_EQ(p.placement, Placement::kStream);
+  EXPECT_EQ(p.usable, 2 * kGiB / 100 * 95);
+  EXPECT_EQ(p.margin, 256 * kMiB);
+  EXPECT_EQ(p.kv_bytes, 16384ull * 4096);
+  EXPECT_EQ(p.fixed, 500 * kMiB + 64 * kMiB + 256 * kMiB);
+  EXPECT_EQ(p.cache_bytes, p.usable - p.fixed);
+  EXPECT_EQ(p.headroom, 0u);
+  EXPECT_DOUBLE_EQ(p.fit_fraction, static_cast<double>(p.cache_bytes) / (4 * kGiB));
+  EXPECT_EQ(p.reason, "95 % of --mem-limit (2.00 GiB) minus resident weights, KV and margin");
+}
+
+TEST(MemoryPlan, RamWhenEverythingFitsAndSharedBudgetsUseEightyPercent) {
+  MemoryPlan p = plan_memory(facts(), hard(8 * kGiB));
+  EXPECT_EQ(p.placement, Placement::kRam);
+  EXPECT_EQ(p.cache_bytes, 0u);
+  EXPECT_EQ(p.headroom, p.usable - p.fixed - 4 * kGiB);
+  EXPECT_EQ(p.reason.rfind("the model fits in 95 % of --mem-limit", 0), 0u) << p.reason;
+  // The same 8 GiB as MemAvailable (shared) leaves 80 %: not enough for all experts.
+  PlanRequest shared = hard(6 * kGiB);
+  shared.budget.hard = false;
+  shared.budget.source = "available memory";
+  p = plan_memory(facts(), shared);
+  EXPECT_EQ(p.usable, 6 * kGiB / 100 * 80);
+  EXPECT_EQ(p.placement, Placement::kStream);
+  EXPECT_EQ(p.reason.rfind("80 % of available memory", 0), 0u) << p.reason;
+}
+
+TEST(MemoryPlan, SlotsAndContextScaleTheKvCache) {
+  PlanRequest r = hard(2 * kGiB, 1000);
+  r.n_slots = 3;
+  const MemoryPlan p = plan_memory(facts(), r);
+  EXPECT_EQ(p.kv_bytes, 16384ull * 1000 * 3);
+  EXPECT_EQ(p.cache_bytes, p.usable - (500 * kMiB + p.kv_bytes + 256 * kMiB));
+}
+
+TEST(MemoryPlan, SmallBudgetsKeepAnEighthAsMargin) {
+  MemoryFacts f = facts();
+  f.resident_bytes = 10 * kMiB;
+  f.kv_bytes_per_token = 0;
+  const MemoryPlan p = plan_memory(f, hard(800 * kMiB));
+  EXPECT_EQ(p.margin, 100 * kMiB);
+  EXPECT_EQ(p.cache_bytes, 800 * kMiB / 100 * 95 - 110 * kMiB);
+}
+
+TEST(MemoryPlan, ForcedModesAndExplicitCache) {
+  PlanRequest r = hard(8 * kGiB);
+  r.forced = Placement::kMmap;
+  MemoryPlan p = plan_memory(facts(), r);
+  EXPECT_EQ(p.placement, Placement::kMmap);
+  EXPECT_EQ(p.reason, "set by --experts");
+  r.forced = Placement::kStream;
+  p = plan_memory(facts(), r);
+  EXPECT_EQ(p.placement, Placement::kStream);
+  EXPECT_EQ(p.cache_bytes, 4 * kGiB + 64 * kMiB);  // capped: more than every expert buys nothing
+  // An explicit cache size means streaming in auto mode, at that size.
+  r.forced.reset();
+  r.cache_bytes = 300 * kMiB;
+  p = plan_memory(facts(), r);
+  EXPECT_EQ(p.placement, Placement::kStream);
+  EXPECT_EQ(p.cache_bytes, 300 * kMiB);
+  EXPECT_EQ(p.reason, "cache size set by --ssd-streaming-cache-experts");
+  // No routed experts: nothing to stream.
+  MemoryFacts dense = facts();
+  dense.routed_bytes = 0;
+  r.cache_bytes = 0;
+  r.forced = Placement::kStream;
+  EXPECT_EQ(plan_memory(dense, r).placement, Placement::kRam);
+}
+
+TEST(MemoryPlan, BudgetTooSmallForTheFixedCostsIsRefusedWithTheNumbers) {
+  const MemoryPlan p = plan_memory(facts(), hard(512 * kMiB));
+  EXPECT_FALSE(p.ok);
+  EXPECT_EQ(p.placement, Placement::kStream);
+  EXPECT_NE(p.reason.find("leaves no room for an expert cache after 500.00 MiB of resident weights"), std::string::npos)
+      << p.reason;
+  EXPECT_EQ(suggested_flags(facts(), p), "--experts stream");
+}
+
+TEST(MemoryPlan, BudgetFromTheSystem) {
+  MemInfo mi;
+  EXPECT_EQ(memory_budget(mi, 3 * kGiB, "--mem-limit").bytes, 3 * kGiB);
+  EXPECT_TRUE(memory_budget(mi, 3 * kGiB, "--mem-limit").hard);
+  const MemoryBudget unknown = memory_budget(mi, 0, "");
+  EXPECT_EQ(unknown.bytes, 8 * kGiB);
+  EXPECT_FALSE(unknown.hard);
+  mi.mem_available = 10 * kGiB;
+  EXPECT_FALSE(memory_budget(mi, 0, "").hard);
+  EXPECT_EQ(memory_budget(mi, 0, "").source, "available memory");
+  mi.cgroup_limit = 4 * kGiB;
+  mi.cgroup_usage = 1 * kGiB;  // 3 GiB headroom binds before 10 GiB available
+  const MemoryBudget cg = memory_budget(mi, 0, "");
+  EXPECT_TRUE(cg.hard);
+  EXPECT_EQ(cg.bytes, 3 * kGiB);
+  EXPECT_EQ(cg.source, "the cgroup limit's headroom");
+}
+
+TEST(MemoryPlan, DecodeEstimateFromFitFractionAndDiskRate) {
+  const MemoryFacts f = facts();
+  const MemoryPlan p = plan_memory(f, hard(2 * kGiB));
+  const DecodeEstimate d = estimate_decode(f, p, 1e9);
+  EXPECT_DOUBLE_EQ(d.hit_rate, p.fit_fraction);
+  // Active routed bytes per token: 8 of 128 experts of the 4 GiB; misses are the rest of the hits.
+  const double active = 4.0 * kGiB * 8 / 128;
+  EXPECT_EQ(d.miss_bytes_per_token, static_cast<uint64_t>(active * (1 - p.fit_fraction)));
+  EXPECT_DOUBLE_EQ(d.io_tokens_per_second, 1e9 / static_cast<double>(d.miss_bytes_per_token));
+  EXPECT_DOUBLE_EQ(d.tokens_per_second, d.io_tokens_per_second);  // the I/O ceiling without compute
+  // With the in-RAM decode speed, a token costs its compute plus its reads.
+  const DecodeEstimate c = estimate_decode(f, p, 1e9, 10.0);
+  EXPECT_DOUBLE_EQ(c.tokens_per_second, 1.0 / (0.1 + static_cast<double>(d.miss_bytes_per_token) / 1e9));
+  EXPECT_EQ(estimate_decode(f, p, 0).tokens_per_second, 0);  // no disk rate, no estimate
+  const DecodeEstimate ram = estimate_decode(f, plan_memory(f, hard(16 * kGiB)), 1e9);
+  EXPECT_EQ(ram.miss_bytes_per_token, 0u);
+  EXPECT_EQ(ram.tokens_per_second, 0);
+  EXPECT_DOUBLE_EQ(estimate_decode(f, plan_memory(f, hard(16 * kGiB)), 1e9, 7.5).tokens_per_second, 7.5);
+}
+
+TEST(MemoryPlan, SuggestedFlagsSayWhatTheEngineDoes) {
+  EXPECT_EQ(suggested_flags(facts(), plan_memory(facts(), hard(16 * kGiB))), "--experts ram");
+  const MemoryPlan s = plan_memory(facts(), hard(2 * kGiB));
+  EXPECT_EQ(suggested_flags(facts(), s), "--experts stream --ssd-streaming-cache-experts " + format_flag_size(s.cache_bytes));
+  MemoryFacts dense = facts();
+  dense.routed_bytes = 0;
+  EXPECT_EQ(suggested_flags(dense, plan_memory(dense, hard(16 * kGiB))), "");
+}
+
+// inspect --ram B and run --mem-limit B on the same file and context: same placement, cache and KV.
+TEST(MemoryPlan, InspectPlansWhatEngineLoadDoes) {
+  for (const char* rel : {"reference/qwen3moe-256-q4km.gguf", "reference/gptoss-mxfp4.gguf",
+                          "reference/glm4moe-f32.gguf", "reference/deepseek2-q8_0.gguf"}) {
+    const std::string path = test::testdata(rel);
+    auto file = gguf::File::open(path);
+    const MemoryFacts f = memory_facts(*file);
+    // Budgets around the model: too small, streaming, and everything in RAM.
+    const uint64_t base = f.resident_bytes + f.routed_bytes;
+    for (uint64_t budget : {base / 2, base, base + base / 4, 4 * base}) {
+      SCOPED_TRACE(std::string(rel) + " budget " + std::to_string(budget));
+      const ModelReport r = analyze_model(*file, {.ctx = 64, .ram = budget});
+      std::string error;
+      std::unique_ptr<Engine> engine;
+      try {
+        engine = Engine::load({.model_path = path, .n_threads = 1, .n_ctx = 64, .mem_limit = budget, .cold = true,
+                               .lock_memory = false});
+      } catch (const Error& e) {
+        error = e.what();
+      }
+      if (!r.plan.ok) {
+        // The same refusal with the same numbers; only the flag named as the budget's source differs.
+        std::string expected = r.plan.reason;
+        expected.replace(expected.find("--ram"), 5, "--mem-limit");
+        EXPECT_EQ(error, expected);
+        continue;
+      }
+      ASSERT_TRUE(engine) << error;
+      EXPECT_EQ(engine->info().experts_mode, placement_name(r.plan.placement));
+      EXPECT_EQ(engine->info().expert_cache_bytes, r.plan.cache_bytes);
+      EXPECT_EQ(engine->info().kv_bytes, r.plan.kv_bytes);
+      EXPECT_EQ(engine->info().resident_bytes, r.facts.resident_bytes);
+      EXPECT_EQ(engine->info().routed_bytes, r.facts.routed_bytes);
+    }
+  }
+}
