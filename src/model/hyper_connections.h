@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "core/thread_pool.h"
-#include "model/tensor.h"
+#include "tensor/tensor.h"
 
 namespace sluice {
 

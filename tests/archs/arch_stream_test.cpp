@@ -225,16 +225,15 @@ TEST(StreamOrder, LookaheadIsIssuedAfterTheCurrentLayerIsPinned) {
   auto m = load_model(*file);
   auto store = std::make_unique<OrderCheckingStore>(make_in_place_store(m->expert_layout(), "ram"));
   OrderCheckingStore& spy = *store;
-  m->set_expert_store(std::move(store));
   m->set_prefetch(true);
   ThreadPool pool(1);
   auto kv = m->make_kv_cache(16);
   std::vector<float> logits;
   Batch prefill, decode;
   for (int i = 0; i < 5; ++i) prefill.add(3 + 7 * i, i, 0, i == 4);
-  m->forward(pool, prefill, *kv, logits);
+  m->forward(pool, prefill, *kv, spy, logits);
   decode.add(11, 5, 0, true);
-  m->forward(pool, decode, *kv, logits);
+  m->forward(pool, decode, *kv, spy, logits);
   EXPECT_EQ(spy.prefetches, 2 * (m->hparams().n_layer - 1));
   EXPECT_EQ(spy.out_of_order, 0) << "of " << spy.prefetches << " lookahead prefetches";
 }
@@ -293,16 +292,16 @@ TEST(StreamMixed, MixedExpertSizesStreamBitIdenticalWithinBudget) {
   EngineOptions ram;
   ram.model_path = model;
   ram.n_ctx = 40;
-  ram.experts = "ram";
+  ram.experts = ExpertMode::kRam;
   auto in_ram = Engine::load(ram);
   const std::vector<float> expected = run(*in_ram, prompt, 4);
   in_ram.reset();
 
   EngineOptions st = ram;
-  st.experts = "stream";
+  st.experts = ExpertMode::kStream;
   st.cold = true;
   st.lock_memory = false;
-  st.cache_policy = "lru";
+  st.cache_policy = EvictionPolicy::kLru;
   // One slot more than a token needs of each size; the widening to the direct-I/O alignment adds
   // at most 2 pages per slice.
   const uint64_t pad = 3 * 2 * 4096;
@@ -349,11 +348,11 @@ TEST(StreamMixed, CertainPrefetchesAreKeptUntilUsed) {
   o.model_path = path;
   o.cold = true;
   o.lock_memory = false;
-  o.cache_policy = "lru";
+  o.cache_policy = EvictionPolicy::kLru;
   ExpertPlan plan;
-  plan.mode = "stream";
+  plan.memory.placement = Placement::kStream;
   // n_used + 3 slots: up to 3 can be reserved.
-  plan.cache_bytes = (n_used + 3) * (expert_bytes_per_layer(path)[0] + 3 * 2 * 4096);
+  plan.memory.cache_bytes = (n_used + 3) * (expert_bytes_per_layer(path)[0] + 3 * 2 * 4096);
 
   auto layer = [&](ExpertStore& store, int il, std::vector<int32_t> ids) {
     store.begin(il, ids);
@@ -396,15 +395,18 @@ TEST(RoutedExperts, EveryTensorIsResidentOrRoutedOnce) {
     auto file = gguf::File::open(path.string());
     auto model = load_model(*file);
     EngineOptions o;
-    o.experts = "ram";
-    const ExpertPlan plan = plan_experts(*file, *model, o, 0);
+    o.experts = ExpertMode::kRam;
+    const ExpertPlan plan = plan_experts(*file, o, *model->make_kv_cache(16), 16);
     uint64_t total = 0, biases = 0;
     for (const auto& t : file->tensors()) {
       total += t.nbytes;
       if (t.name.find("_exps.bias") != std::string::npos) biases += t.nbytes;
     }
-    EXPECT_EQ(plan.resident_bytes + plan.routed_bytes, total) << name;
+    EXPECT_EQ(plan.facts.resident_bytes + plan.facts.routed_bytes, total) << name;
     const ExpertLayout& layout = model->expert_layout();
+    // The file's classification (what inspect and the planner count) and the layout the store
+    // streams agree on every routed byte.
+    EXPECT_EQ(plan.facts.routed_bytes, layout.routed_bytes()) << name;
     uint64_t bias_ranges = 0;
     for (int il = 0; il < model->hparams().n_layer; ++il)
       if (layout.has_layer(il))

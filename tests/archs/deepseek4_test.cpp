@@ -33,25 +33,26 @@ std::vector<int32_t> prompt_tokens(size_t n) {
 struct Loaded {
   std::unique_ptr<gguf::File> file;
   std::unique_ptr<Model> model;
+  std::unique_ptr<ExpertStore> experts;
 };
 
 Loaded load() {
   Loaded l;
   l.file = gguf::File::open(kModel);
   l.model = load_model(*l.file);
-  l.model->set_expert_store(make_in_place_store(l.model->expert_layout(), "mmap"));
+  l.experts = make_in_place_store(l.model->expert_layout(), "mmap");
   return l;
 }
 
 // Logits of every token of `toks` (sequence `seq`), evaluated in chunks of `chunk` tokens.
-std::vector<float> run(Model& m, ThreadPool& pool, KvCache& kv, const std::vector<int32_t>& toks,
+std::vector<float> run(Model& m, ExpertStore& experts, ThreadPool& pool, KvCache& kv, const std::vector<int32_t>& toks,
                        int chunk, int seq = 0) {
   std::vector<float> all, out;
   for (size_t s = 0; s < toks.size(); s += chunk) {
     Batch b;
     for (size_t i = s; i < std::min(toks.size(), s + chunk); ++i)
       b.add(toks[i], static_cast<int32_t>(i), seq, true);
-    m.forward(pool, b, kv, out);
+    m.forward(pool, b, kv, experts, out);
     all.insert(all.end(), out.begin(), out.end());
   }
   return all;
@@ -81,9 +82,9 @@ TEST_F(Deepseek4, DecodeTokenByTokenEqualsOneShotPrefill) {
   const std::vector<int32_t> toks = prompt_tokens(300);
   auto kv1 = l.model->make_kv_cache(512), kv2 = l.model->make_kv_cache(512),
        kv3 = l.model->make_kv_cache(512);
-  const std::vector<float> once = run(*l.model, pool, *kv1, toks, 300);
-  const std::vector<float> single = run(*l.model, pool, *kv2, toks, 1);
-  const std::vector<float> chunks = run(*l.model, pool, *kv3, toks, 37);
+  const std::vector<float> once = run(*l.model, *l.experts, pool, *kv1, toks, 300);
+  const std::vector<float> single = run(*l.model, *l.experts, pool, *kv2, toks, 1);
+  const std::vector<float> chunks = run(*l.model, *l.experts, pool, *kv3, toks, 37);
   EXPECT_LE(max_diff(once, single), 1e-4);
   EXPECT_LE(max_diff(once, chunks), 1e-4);
   EXPECT_EQ(kv1->length(0), 300);
@@ -96,8 +97,8 @@ TEST_F(Deepseek4, TwoSequencesInOneBatchEqualSeparateRuns) {
   const std::vector<int32_t> a(all.begin(), all.begin() + 150),
       b(all.begin() + 200, all.begin() + 400);
   auto kva = l.model->make_kv_cache(512), kvb = l.model->make_kv_cache(512);
-  const std::vector<float> ra = run(*l.model, pool, *kva, a, 150);
-  const std::vector<float> rb = run(*l.model, pool, *kvb, b, 200);
+  const std::vector<float> ra = run(*l.model, *l.experts, pool, *kva, a, 150);
+  const std::vector<float> rb = run(*l.model, *l.experts, pool, *kvb, b, 200);
   // Shared cache, sequence ids 3 and 1; steps of 50 tokens of each, interleaved in one batch.
   auto kv = l.model->make_kv_cache(512);
   std::vector<float> ja, jb, out;
@@ -107,7 +108,7 @@ TEST_F(Deepseek4, TwoSequencesInOneBatchEqualSeparateRuns) {
     for (int i = s; i < std::min(s + 50, 150); ++i) batch.add(a[i], i, 3, true);
     const int na = static_cast<int>(batch.size());
     for (int i = s; i < s + 50; ++i) batch.add(b[i], i, 1, true);
-    l.model->forward(pool, batch, *kv, out);
+    l.model->forward(pool, batch, *kv, *l.experts, out);
     ja.insert(ja.end(), out.begin(), out.begin() + na * n_vocab);
     jb.insert(jb.end(), out.begin() + na * n_vocab, out.end());
   }
@@ -123,13 +124,13 @@ TEST_F(Deepseek4, CacheKeepsShortRewindsAndRestartsLongOnes) {
   ThreadPool pool(2);
   const std::vector<int32_t> toks = prompt_tokens(200);
   auto kv = l.model->make_kv_cache(512);
-  run(*l.model, pool, *kv, toks, 200);
+  run(*l.model, *l.experts, pool, *kv, toks, 200);
   kv->truncate(0, 200 - Ds4CacheShape::kRollback);
   EXPECT_EQ(kv->length(0), 200 - Ds4CacheShape::kRollback);
   kv->truncate(0, 100);
   EXPECT_EQ(kv->length(0), 0);  // the rings no longer hold what position 100 needs
   // A step that starts writing and never finishes (an exception mid-forward) leaves nothing usable.
-  run(*l.model, pool, *kv, toks, 200);
+  run(*l.model, *l.experts, pool, *kv, toks, 200);
   static_cast<Ds4KvCache&>(*kv).begin_step(0);
   EXPECT_EQ(kv->length(0), 0);
   kv->truncate(0, 150);
@@ -170,7 +171,7 @@ TEST_F(Deepseek4, EngineAllocationEqualsInspectEstimate) {
   EXPECT_EQ(kv->bytes_per_position(), r.kv.bytes_per_token);
   EXPECT_EQ(kv->bytes_for(1024), r.kv.bytes);
   ThreadPool pool(2);
-  run(*l.model, pool, *kv, prompt_tokens(512), 512);
+  run(*l.model, *l.experts, pool, *kv, prompt_tokens(512), 512);
   EXPECT_EQ(kv->allocated_bytes(), r.kv.fixed_bytes + 512 * r.kv.bytes_per_token);
 
   EngineOptions eo;
