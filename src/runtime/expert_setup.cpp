@@ -103,6 +103,7 @@ ExpertPlan plan_experts(const gguf::File& file, const EngineOptions& o, uint64_t
   PlanRequest req;
   req.budget = memory_budget(o.mem_limit > 0 ? MemInfo{} : read_meminfo(), o.mem_limit, "--mem-limit");
   req.n_ctx = n_ctx;
+  req.n_slots = o.kv_slots;
   req.cache_bytes = o.cache_bytes;
   switch (o.experts) {
     case ExpertMode::kAuto: break;
