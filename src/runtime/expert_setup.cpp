@@ -7,14 +7,11 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 
-#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 
 #include "core/error.h"
-#include "core/log.h"
 #include "core/meminfo.h"
-#include "core/units.h"
 #include "experts/stream_store.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
