@@ -25,6 +25,7 @@ struct EngineOptions {
   std::string model_path;
   int n_threads = 0;          // 0: all cores
   int n_ctx = 4096;           // per-session context (capped at the model's training context)
+  int kv_slots = 1;           // sequences the memory plan reserves a full KV cache for (serve: --parallel)
   ExpertMode experts = ExpertMode::kAuto;
   uint64_t cache_bytes = 0;      // expert cache for stream mode; 0: sized from the memory budget
   uint64_t mem_limit = 0;        // memory budget; 0: detected (cgroup limit, MemAvailable)
@@ -85,7 +86,7 @@ struct ModelInfo {
   uint64_t routed_bytes = 0;    // routed experts in the file
   uint64_t expert_cache_bytes = 0;  // stream mode: the expert cache the memory plan chose; else 0
   int n_ctx = 0;                // context of new sessions (the option capped at the training context)
-  uint64_t kv_bytes = 0;        // KV cache of one session at n_ctx (allocated as it fills)
+  uint64_t kv_bytes = 0;        // KV cache of kv_slots sequences at n_ctx (allocated as it fills)
   uint64_t memlock_limit = 0;   // RLIMIT_MEMLOCK; 0: unlimited
 };
 

@@ -124,7 +124,7 @@ void print_plan(const ModelReport& r, double disk_rate) {
     fmt::print("plan: {}\n", p.reason);
     return;
   }
-  fmt::print("plan (what `run` does with this budget): experts {}", placement_name(p.placement));
+  fmt::print("plan (what `run --mem-limit` / `serve --parallel` do with this budget): experts {}", placement_name(p.placement));
   if (p.placement == Placement::kStream) fmt::print(", cache {} ({:.1f} % of routed experts)", format_bytes(p.cache_bytes), p.fit_fraction * 100);
   fmt::print("\n  usable {}, margin {}, KV {}, unplanned {}; {}\n", format_bytes(p.usable), format_bytes(p.margin),
              format_bytes(p.kv_bytes), format_bytes(p.headroom), p.reason);
@@ -227,6 +227,8 @@ int cmd_inspect(int argc, char** argv) {
   app.add_option("--ram", ram_text, "RAM to plan for, e.g. 32GB or 24GiB (default: memory available now)");
   app.add_option("--ctx", ctx, "context length for the KV-cache estimate (default: the model's, at most 4096)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  app.add_option("--slots", opts.slots, "sequences with a full KV cache each, as serve --parallel (default 1)")
+      ->check(CLI::Range(1, 256));
   app.add_option("--disk-rate", disk_rate_text, "disk read rate for the decode estimate, bytes per second (e.g. 2GB)");
   app.add_option("--ram-tps", opts.ram_tokens_per_second,
                  "decode t/s with every expert in RAM (e.g. sluice bench --experts ram): adds compute to the estimate")

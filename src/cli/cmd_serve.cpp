@@ -40,7 +40,9 @@ int cmd_serve(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  auto engine = Engine::load(engine_options(mf));
+  EngineOptions eo = engine_options(mf);
+  eo.kv_slots = so.scheduler.n_parallel;  // the memory plan counts every slot's KV cache
+  auto engine = Engine::load(eo);
   const ModelInfo& mi = engine->info();
   fmt::print(stderr, "model: {} ({}, {} layers, {} experts top-{}), loaded in {:.2f} s; {}\n", mf.model, mi.architecture,
              mi.n_layer, mi.n_expert, mi.n_expert_used, engine->load_seconds(), mi.experts_detail);

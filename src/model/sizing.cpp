@@ -276,7 +276,7 @@ ModelReport analyze_model(const gguf::File& file, const SizingOptions& opts) {
     budget = memory_budget(mi, 0, "");
   }
   r.facts = memory_facts(file);
-  r.plan = plan_memory(r.facts, {.budget = budget, .n_ctx = ctx});
+  r.plan = plan_memory(r.facts, {.budget = budget, .n_ctx = ctx, .n_slots = opts.slots});
   r.decode = estimate_decode(r.facts, r.plan, opts.disk_bytes_per_second, opts.ram_tokens_per_second);
   const uint64_t routed = r.class_totals[static_cast<size_t>(TensorClass::RoutedExpert)];
   r.verdict = make_verdict(budget.bytes, r.total_bytes - routed, r.kv.bytes, routed,

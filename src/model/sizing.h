@@ -97,6 +97,7 @@ struct ModelReport {
 struct SizingOptions {
   std::optional<int64_t> ctx;   // default: the model's context_length capped at 4096
   std::optional<uint64_t> ram;  // a hard budget, as `run --mem-limit`; default: detected as `run` does
+  int slots = 1;                // sequences with a KV cache each (serve --parallel)
   double disk_bytes_per_second = 0;  // for the decode estimate; 0: no estimate
   double ram_tokens_per_second = 0;  // decode speed with every expert in RAM; 0: I/O ceiling only
 };

@@ -45,6 +45,7 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& o) {
   impl->model = load_model(*impl->file);
   impl->tokenizer = Tokenizer::from_gguf(*impl->file);
   impl->pool = std::make_unique<ThreadPool>(o.n_threads > 0 ? o.n_threads : default_threads());
+  if (o.kv_slots < 1) fail("kv_slots {}: expected at least 1 sequence", o.kv_slots);
   const HParams& hp = impl->model->hparams();
   if (impl->tokenizer->n_vocab() > hp.n_vocab)
     fail("the tokenizer has {} tokens but the model's embedding has {} rows", impl->tokenizer->n_vocab(), hp.n_vocab);

@@ -7,14 +7,11 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 
-#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 
 #include "core/error.h"
-#include "core/log.h"
 #include "core/meminfo.h"
-#include "core/units.h"
 #include "experts/stream_store.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
@@ -70,6 +67,7 @@ ExpertPlan plan_experts(const gguf::File& file, const EngineOptions& o, const Kv
   PlanRequest req;
   req.budget = memory_budget(o.mem_limit > 0 ? MemInfo{} : read_meminfo(), o.mem_limit, "--mem-limit");
   req.n_ctx = n_ctx;
+  req.n_slots = o.kv_slots;
   req.cache_bytes = o.cache_bytes;
   switch (o.experts) {
     case ExpertMode::kAuto: break;

@@ -38,6 +38,8 @@ class StopMatcher {
   bool matched_ = false;
 };
 
+// The state of one request from its first sampled token to its final result. Callers evaluate
+// tokens and time the phases; everything that decides what a token means happens here.
 class Generation {
  public:
   // `prompt` primes the sampler's penalties; `n_reused` of its tokens came from a cached prefix.

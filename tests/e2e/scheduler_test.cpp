@@ -100,3 +100,23 @@ TEST(Scheduler, SharedPrefixIsCopiedFromABusySlotAndCancelFreesKv) {
   const auto too_long = sched.submit({.prompt = std::vector<int32_t>(sched.n_ctx(), prompt[1]), .options = greedy(1)});
   EXPECT_EQ(too_long.status, sluice::SubmitStatus::kContextOverflow);
 }
+
+// The engine lends its expert store (and pool) to one user at a time: while a Scheduler runs, a
+// Session's evaluation and a second Scheduler are refused instead of sharing the cache; once the
+// scheduler is gone the session runs.
+TEST(Scheduler, OwnsTheEnginesExpertStoreWhileItRuns) {
+  auto engine = load();
+  auto session = engine->new_session();
+  const std::vector<int32_t> prompt = engine->tokenize("And God said", true);
+  {
+    sluice::Scheduler sched(*engine, {.n_parallel = 1});
+    try {
+      session->evaluate(prompt);
+      ADD_FAILURE() << "a Session ran while the Scheduler held the expert store";
+    } catch (const sluice::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("expert store is in use"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(sluice::Scheduler(*engine, {.n_parallel = 1}), sluice::Error);
+  }
+  EXPECT_EQ(session->evaluate(prompt).size(), static_cast<size_t>(engine->info().n_vocab));
+}

@@ -193,4 +193,15 @@ TEST(MemoryPlan, InspectPlansWhatEngineLoadDoes) {
       EXPECT_EQ(engine->info().routed_bytes, r.facts.routed_bytes);
     }
   }
+  // Serving slots: each reserves a full KV cache in both.
+  const std::string path = test::testdata("reference/qwen3moe-256-q4km.gguf");
+  auto file = gguf::File::open(path);
+  const MemoryFacts f = memory_facts(*file);
+  const uint64_t budget = f.resident_bytes + f.routed_bytes;
+  const ModelReport r = analyze_model(*file, {.ctx = 64, .ram = budget, .slots = 3});
+  auto engine = Engine::load({.model_path = path, .n_threads = 1, .n_ctx = 64, .kv_slots = 3, .mem_limit = budget,
+                              .cold = true, .lock_memory = false});
+  EXPECT_EQ(r.plan.kv_bytes, 3 * 64 * f.kv_bytes_per_token);
+  EXPECT_EQ(engine->info().kv_bytes, r.plan.kv_bytes);
+  EXPECT_EQ(engine->info().expert_cache_bytes, r.plan.cache_bytes);
 }
