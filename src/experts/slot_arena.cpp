@@ -78,6 +78,7 @@ SlotArena::SlotArena(const ExpertFileMap& map, uint64_t budget, int min_slots, b
     ++c.n_keys;
   }
   if (classes_.empty()) fail("internal: the expert file map holds no routed experts");
+  merge_classes_to_fit(budget, min_slots);
   allocate(budget, min_slots);
   if (!lock) return;
   if (mlock(buf_.data(), buf_.size()) == 0) {
@@ -105,6 +106,34 @@ SlotArena::SlotArena(const ExpertFileMap& map, uint64_t budget, int min_slots, b
   }
   SLUICE_LOG_WARN("experts: could not mlock the {} cache ({}; lockable: {}); it stays unlocked and may be swapped",
                   format_bytes(buf_.size()), std::strerror(err), lockable ? format_bytes(lockable) : "unknown");
+}
+
+// Each class needs its own minimum of slots, so a small budget over many sizes can hold the
+// minimum with one class of the widest slots but not with a class per size. Then the smallest
+// class joins the next larger one (its experts take the larger slots) until the minimum fits:
+// size classes save bytes when the budget allows, and never need more than one slot size would.
+void SlotArena::merge_classes_to_fit(uint64_t budget, int min_slots) {
+  auto need = [&] {
+    uint64_t b = 0;
+    for (const SizeClass& c : classes_) b += std::min<int64_t>(min_slots, c.n_keys) * c.slot_bytes;
+    return b;
+  };
+  while (classes_.size() > 1 && need() > budget) {
+    // Classes are ordered by raw expert size; the widened slot sizes follow that order closely but
+    // not exactly, so join the class with the smallest slots into the one with the next larger.
+    size_t small = 0;
+    for (size_t c = 1; c < classes_.size(); ++c)
+      if (classes_[c].slot_bytes < classes_[small].slot_bytes) small = c;
+    size_t into = small == 0 ? 1 : 0;
+    for (size_t c = 0; c < classes_.size(); ++c)
+      if (c != small && classes_[c].slot_bytes < classes_[into].slot_bytes) into = c;
+    classes_[into].n_keys += classes_[small].n_keys;
+    for (int& k : key_class_) {
+      if (k == static_cast<int>(small)) k = static_cast<int>(into);
+      if (k > static_cast<int>(small)) --k;
+    }
+    classes_.erase(classes_.begin() + static_cast<std::ptrdiff_t>(small));
+  }
 }
 
 SlotArena::~SlotArena() {

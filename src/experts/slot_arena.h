@@ -68,6 +68,7 @@ class SlotArena {
   std::string describe() const;
 
  private:
+  void merge_classes_to_fit(uint64_t budget, int min_slots);
   void allocate(uint64_t budget, int min_slots);
 
   const ExpertFileMap& map_;

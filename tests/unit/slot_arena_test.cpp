@@ -60,7 +60,20 @@ TEST(SlotArena, EveryClassGetsOneTokensExperts) {
   EXPECT_GE(arena.classes()[0].count, 4);
   EXPECT_EQ(arena.classes()[1].count, 4);
   EXPECT_LE(arena.bytes(), budget);
-  EXPECT_THROW(SlotArena(map, 4 * 3 * 32768 + 3 * 3 * 8192, 4, false), Error);
+}
+
+TEST(SlotArena, ClassesMergeWhenTheirMinimumsDoNotFit) {
+  const ExpertFileMap map = synthetic_map(4, 16, {8192, 32768});
+  // Room for 4 large slots and 3 small ones: a class each cannot hold 4 small ones, one class of
+  // large slots holds the minimum, as a single slot size always did.
+  const uint64_t budget = 4 * 3 * 32768 + 3 * 3 * 8192;
+  SlotArena arena(map, budget, 4, false);
+  ASSERT_EQ(arena.classes().size(), 1u);
+  EXPECT_EQ(arena.classes()[0].slot_bytes, 3u * 32768);
+  EXPECT_EQ(arena.classes()[0].n_keys, 4 * 16);
+  EXPECT_EQ(arena.n_slots(), 4);
+  for (int32_t k = 0; k < 4 * 16; ++k) EXPECT_EQ(arena.class_of(k), 0);
+  EXPECT_THROW(SlotArena(map, 4 * 3 * 32768 - 1, 4, false), Error);
 }
 
 TEST(SlotArena, UniformExpertsAreOneClassOfTheWidenedSize) {
