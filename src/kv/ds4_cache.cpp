@@ -17,7 +17,9 @@ uint64_t Ds4CacheShape::bytes_per_position() const {
   // Summed per chunk of kBlock positions, then divided once: exact for ratios 4 and 128.
   uint64_t per_block = 0;
   for (int r : ratio)
-    if (r != 0) per_block += static_cast<uint64_t>(KvCache::kBlock / r) * (head_dim + (r == 4 ? index_dim : 0)) * kF32;
+    if (r != 0)
+      per_block +=
+          static_cast<uint64_t>(KvCache::kBlock / r) * (head_dim + (r == 4 ? index_dim : 0)) * kF32;
   return per_block / KvCache::kBlock;
 }
 
@@ -33,8 +35,11 @@ uint64_t Ds4CacheShape::fixed_bytes() const {
 
 Ds4KvCache::Ds4KvCache(Ds4CacheShape shape, int n_ctx) : KvCache(n_ctx), shape_(std::move(shape)) {
   for (int r : shape_.ratio)
-    if (r != 0 && r != 4 && r != 128) fail("deepseek4 cache: compress ratio {}, expected 0, 4 or 128", r);
-  if (shape_.head_dim <= 0 || shape_.window <= 0) fail("deepseek4 cache: head size {} and window {} must be positive", shape_.head_dim, shape_.window);
+    if (r != 0 && r != 4 && r != 128)
+      fail("deepseek4 cache: compress ratio {}, expected 0, 4 or 128", r);
+  if (shape_.head_dim <= 0 || shape_.window <= 0)
+    fail("deepseek4 cache: head size {} and window {} must be positive", shape_.head_dim,
+         shape_.window);
 }
 
 Ds4KvCache::Seq* Ds4KvCache::find(int seq) const {
@@ -53,8 +58,11 @@ Ds4KvCache::Seq& Ds4KvCache::seq_ref(int seq) {
       Layer& L = s->layers[il];
       L.window.reset(new float[static_cast<size_t>(shape_.window_slots()) * shape_.head_dim]());
       if (r != 0)
-        L.state.reset(new float[static_cast<size_t>(Ds4CacheShape::state_slots(r)) * 2 * Ds4CacheShape::state_width(r) * shape_.head_dim]());
-      if (r == 4) L.index_state.reset(new float[static_cast<size_t>(Ds4CacheShape::state_slots(r)) * 4 * shape_.index_dim]());
+        L.state.reset(new float[static_cast<size_t>(Ds4CacheShape::state_slots(r)) * 2 *
+                                Ds4CacheShape::state_width(r) * shape_.head_dim]());
+      if (r == 4)
+        L.index_state.reset(
+            new float[static_cast<size_t>(Ds4CacheShape::state_slots(r)) * 4 * shape_.index_dim]());
     }
     seqs_[seq] = std::move(s);
   }
@@ -62,14 +70,16 @@ Ds4KvCache::Seq& Ds4KvCache::seq_ref(int seq) {
 }
 
 void Ds4KvCache::reserve(int seq, int n) {
-  if (n > n_ctx()) fail("context overflow: {} positions requested, the context holds {}", n, n_ctx());
+  if (n > n_ctx())
+    fail("context overflow: {} positions requested, the context holds {}", n, n_ctx());
   Seq& s = seq_ref(seq);
   const size_t n_chunks = (static_cast<size_t>(n) + kBlock - 1) / kBlock;
   for (size_t il = 0; il < s.layers.size(); ++il) {
     const int r = shape_.ratio[il];
     if (r == 0) continue;
     auto& ch = s.layers[il].chunks;
-    while (ch.size() < n_chunks) ch.emplace_back(new float[static_cast<size_t>(kBlock / r) * row_width(static_cast<int>(il))]);
+    while (ch.size() < n_chunks)
+      ch.emplace_back(new float[static_cast<size_t>(kBlock / r) * row_width(static_cast<int>(il))]);
   }
 }
 
@@ -99,7 +109,8 @@ void Ds4KvCache::remove(int seq) {
 }
 
 void Ds4KvCache::copy_prefix(int src, int dst, int n) {
-  if (n > length(src)) fail("internal: prefix of {} positions exceeds source length {}", n, length(src));
+  if (n > length(src))
+    fail("internal: prefix of {} positions exceeds source length {}", n, length(src));
   if (src == dst) return truncate(dst, n);
   remove(dst);
   if (n <= 0) return;
@@ -112,10 +123,15 @@ void Ds4KvCache::copy_prefix(int src, int dst, int n) {
     Layer& b = to.layers[il];
     std::memcpy(b.window.get(), a.window.get(), kF32 * shape_.window_slots() * shape_.head_dim);
     if (r != 0)
-      std::memcpy(b.state.get(), a.state.get(), kF32 * Ds4CacheShape::state_slots(r) * 2 * Ds4CacheShape::state_width(r) * shape_.head_dim);
-    if (r == 4) std::memcpy(b.index_state.get(), a.index_state.get(), kF32 * Ds4CacheShape::state_slots(r) * 4 * shape_.index_dim);
+      std::memcpy(b.state.get(), a.state.get(),
+                  kF32 * Ds4CacheShape::state_slots(r) * 2 * Ds4CacheShape::state_width(r) *
+                      shape_.head_dim);
+    if (r == 4)
+      std::memcpy(b.index_state.get(), a.index_state.get(),
+                  kF32 * Ds4CacheShape::state_slots(r) * 4 * shape_.index_dim);
     const size_t chunk = static_cast<size_t>(r ? kBlock / r : 0) * row_width(static_cast<int>(il));
-    for (size_t c = 0; c < b.chunks.size() && c < a.chunks.size(); ++c) std::memcpy(b.chunks[c].get(), a.chunks[c].get(), kF32 * chunk);
+    for (size_t c = 0; c < b.chunks.size() && c < a.chunks.size(); ++c)
+      std::memcpy(b.chunks[c].get(), a.chunks[c].get(), kF32 * chunk);
   }
   to.length = from.length;
   truncate(dst, n);
@@ -128,32 +144,42 @@ uint64_t Ds4KvCache::allocated_bytes() const {
     b += shape_.fixed_bytes();
     for (size_t il = 0; il < s->layers.size(); ++il) {
       const int r = shape_.ratio[il];
-      if (r != 0) b += s->layers[il].chunks.size() * static_cast<uint64_t>(kBlock / r) * row_width(static_cast<int>(il)) * kF32;
+      if (r != 0)
+        b += s->layers[il].chunks.size() * static_cast<uint64_t>(kBlock / r) *
+             row_width(static_cast<int>(il)) * kF32;
     }
   }
   return b;
 }
 
 float* Ds4KvCache::window_row(int seq, int il, int pos) {
-  return seqs_[seq]->layers[il].window.get() + static_cast<size_t>(pos % shape_.window_slots()) * shape_.head_dim;
+  return seqs_[seq]->layers[il].window.get() +
+         static_cast<size_t>(pos % shape_.window_slots()) * shape_.head_dim;
 }
 
 float* Ds4KvCache::state_row(int seq, int il, int pos) {
   const int r = shape_.ratio[il];
   const size_t w = static_cast<size_t>(2) * Ds4CacheShape::state_width(r) * shape_.head_dim;
-  return seqs_[seq]->layers[il].state.get() + static_cast<size_t>(pos % Ds4CacheShape::state_slots(r)) * w;
+  return seqs_[seq]->layers[il].state.get() +
+         static_cast<size_t>(pos % Ds4CacheShape::state_slots(r)) * w;
 }
 
 float* Ds4KvCache::index_state_row(int seq, int il, int pos) {
-  return seqs_[seq]->layers[il].index_state.get() + static_cast<size_t>(pos % Ds4CacheShape::state_slots(4)) * 4 * shape_.index_dim;
+  return seqs_[seq]->layers[il].index_state.get() +
+         static_cast<size_t>(pos % Ds4CacheShape::state_slots(4)) * 4 * shape_.index_dim;
 }
 
 float* Ds4KvCache::chunk_row(int seq, int il, int block) {
   const int per_chunk = kBlock / shape_.ratio[il];
-  return seqs_[seq]->layers[il].chunks[block / per_chunk].get() + static_cast<size_t>(block % per_chunk) * row_width(il);
+  return seqs_[seq]->layers[il].chunks[block / per_chunk].get() +
+         static_cast<size_t>(block % per_chunk) * row_width(il);
 }
 
-float* Ds4KvCache::pooled_row(int seq, int il, int block) { return chunk_row(seq, il, block); }
-float* Ds4KvCache::index_row(int seq, int il, int block) { return chunk_row(seq, il, block) + shape_.head_dim; }
+float* Ds4KvCache::pooled_row(int seq, int il, int block) {
+  return chunk_row(seq, il, block);
+}
+float* Ds4KvCache::index_row(int seq, int il, int block) {
+  return chunk_row(seq, il, block) + shape_.head_dim;
+}
 
 }  // namespace sluice

@@ -29,7 +29,8 @@ struct Ds4CacheShape {
 
   static constexpr int kRollback = 16;  // positions truncate() can drop without losing the prefix
   int window_slots() const { return window + kRollback; }
-  // Compressor ring length of a layer of ratio r (r ≠ 0): a ratio-4 block also pools the previous one.
+  // Compressor ring length of a layer of ratio r (r ≠ 0): a ratio-4 block also pools the previous
+  // one.
   static int state_slots(int r) { return (r == 4 ? 8 : r) + kRollback; }
   static int state_width(int r) { return r == 4 ? 2 : 1; }  // c: channel groups per compressor row
   // Growth per position in bytes, and the fixed bytes of one sequence (rings and states): the
@@ -52,7 +53,9 @@ class Ds4KvCache final : public KvCache {
   void copy_prefix(int src, int dst, int n) override;
   uint64_t bytes_per_position() const override { return shape_.bytes_per_position(); }
   uint64_t allocated_bytes() const override;
-  uint64_t bytes_for(int n) const override { return shape_.fixed_bytes() + bytes_per_position() * static_cast<uint64_t>(n); }
+  uint64_t bytes_for(int n) const override {
+    return shape_.fixed_bytes() + bytes_per_position() * static_cast<uint64_t>(n);
+  }
 
   // Marks the sequence as being advanced by a forward step (the model calls it before any write).
   void begin_step(int seq) { seq_ref(seq).in_flight = true; }
@@ -76,7 +79,9 @@ class Ds4KvCache final : public KvCache {
   };
   Seq& seq_ref(int seq);
   Seq* find(int seq) const;
-  int row_width(int il) const { return shape_.head_dim + (shape_.ratio[il] == 4 ? shape_.index_dim : 0); }
+  int row_width(int il) const {
+    return shape_.head_dim + (shape_.ratio[il] == 4 ? shape_.index_dim : 0);
+  }
   float* chunk_row(int seq, int il, int block);
 
   Ds4CacheShape shape_;

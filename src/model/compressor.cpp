@@ -14,18 +14,23 @@ namespace sluice {
 namespace {
 // ggml's YaRN correction dim: the pair index whose wavelength spans n_ctx_orig / beta turns.
 float corr_dim(int n_rot, int n_ctx_orig, float beta, float base) {
-  return n_rot * std::log(static_cast<float>(n_ctx_orig) / (beta * 2.0f * static_cast<float>(M_PI))) / (2.0f * std::log(base));
+  return n_rot *
+         std::log(static_cast<float>(n_ctx_orig) / (beta * 2.0f * static_cast<float>(M_PI))) /
+         (2.0f * std::log(base));
 }
 }  // namespace
 
 TailRope::TailRope(const TailRopeParams& p) : p_(p) {
-  if (p.n_rot <= 0 || p.n_rot > 1024 || p.n_rot % 2) fail("rope: {} rotated dims, expected an even number up to 1024", p.n_rot);
+  if (p.n_rot <= 0 || p.n_rot > 1024 || p.n_rot % 2)
+    fail("rope: {} rotated dims, expected an even number up to 1024", p.n_rot);
   if (p.yarn && (p.factor <= 0.0f || p.n_ctx_orig <= 0))
-    fail("rope: YaRN needs a positive factor and original context (got {} and {})", p.factor, p.n_ctx_orig);
+    fail("rope: YaRN needs a positive factor and original context (got {} and {})", p.factor,
+         p.n_ctx_orig);
   theta_scale_ = std::pow(p.base, -2.0f / static_cast<float>(p.n_rot));
   if (p.yarn) {
     lo_ = std::max(0.0f, std::floor(corr_dim(p.n_rot, p.n_ctx_orig, 32.0f, p.base)));
-    hi_ = std::min(static_cast<float>(p.n_rot - 1), std::ceil(corr_dim(p.n_rot, p.n_ctx_orig, 1.0f, p.base)));
+    hi_ = std::min(static_cast<float>(p.n_rot - 1),
+                   std::ceil(corr_dim(p.n_rot, p.n_ctx_orig, 1.0f, p.base)));
   }
 }
 
@@ -60,8 +65,8 @@ void TailRope::rotate(float* x, int n_vec, int dim, int32_t pos) const {
   }
 }
 
-void compress_pool(int w, int cw, const float* const* prev, int n_prev, const float* const* cur, int n_cur, int cur_off,
-                   float* out) {
+void compress_pool(int w, int cw, const float* const* prev, int n_prev, const float* const* cur,
+                   int n_cur, int cur_off, float* out) {
   for (int i = 0; i < w; ++i) {
     float mx = -INFINITY;
     for (int k = 0; k < n_prev; ++k) mx = std::max(mx, prev[k][cw + i]);
@@ -81,12 +86,13 @@ void compress_pool(int w, int cw, const float* const* prev, int n_prev, const fl
   }
 }
 
-void indexer_scores(const float* q, const float* wgt, int n_head, int dim, const float* const* keys, int begin, int end,
-                    float* scores) {
+void indexer_scores(const float* q, const float* wgt, int n_head, int dim, const float* const* keys,
+                    int begin, int end, float* scores) {
   const VecDotFn dot = dot_kernels(GgmlType::F32).vec_dot;
   for (int b = begin; b < end; ++b) {
     float s = 0.0f;
-    for (int h = 0; h < n_head; ++h) s += wgt[h] * std::max(0.0f, dot(dim, keys[b], q + static_cast<int64_t>(h) * dim));
+    for (int h = 0; h < n_head; ++h)
+      s += wgt[h] * std::max(0.0f, dot(dim, keys[b], q + static_cast<int64_t>(h) * dim));
     scores[b] = s;
   }
 }

@@ -10,9 +10,9 @@
 namespace sluice {
 
 struct TailRopeParams {
-  int n_rot = 0;        // R: rotated dims at the end of each vector
+  int n_rot = 0;  // R: rotated dims at the end of each vector
   float base = 10000.0f;
-  bool yarn = false;    // compressed layers: YaRN with beta_fast 32, beta_slow 1, no magnitude factor
+  bool yarn = false;  // compressed layers: YaRN with beta_fast 32, beta_slow 1, no magnitude factor
   float factor = 1.0f;  // YaRN factor (freq_scale = 1/factor)
   int n_ctx_orig = 0;   // YaRN original context
 };
@@ -40,13 +40,13 @@ class TailRope {
 // channel cur_off + i, and pools them with one softmax over all candidates' scores.
 // Ratio 4: cw = 2w, prev = the previous block's 4 rows (none for block 0), cur_off = w.
 // Ratio 128: cw = w, prev empty, cur = the block's 128 rows, cur_off = 0.
-void compress_pool(int w, int cw, const float* const* prev, int n_prev, const float* const* cur, int n_cur, int cur_off,
-                   float* out);
+void compress_pool(int w, int cw, const float* const* prev, int n_prev, const float* const* cur,
+                   int n_cur, int cur_off, float* out);
 
 // Lightning indexer: scores[b] = Σ_h wgt[h]·max(0, q_h·key_b) over n_head heads of `dim` values,
 // for b in [begin, end).
-void indexer_scores(const float* q, const float* wgt, int n_head, int dim, const float* const* keys, int begin, int end,
-                    float* scores);
+void indexer_scores(const float* q, const float* wgt, int n_head, int dim, const float* const* keys,
+                    int begin, int end, float* scores);
 // The indices of the top_k largest of n scores (all when n ≤ top_k; ties: lower index first), in
 // ascending order.
 void select_top(const float* scores, int n, int top_k, std::vector<int32_t>& sel);

@@ -28,14 +28,17 @@ struct SeqRun {
 std::vector<SeqRun> seq_runs(const Batch& b) {
   std::vector<SeqRun> runs;
   for (int64_t t = 0; t < b.size(); ++t) {
-    auto it = std::find_if(runs.begin(), runs.end(), [&](const SeqRun& r) { return r.seq == b.seq[t]; });
+    auto it =
+        std::find_if(runs.begin(), runs.end(), [&](const SeqRun& r) { return r.seq == b.seq[t]; });
     if (it == runs.end()) {
       runs.push_back({b.seq[t], b.pos[t], {}});
       it = runs.end() - 1;
     }
     if (b.pos[t] != it->start + static_cast<int>(it->idx.size()))
-      fail("deepseek4: sequence {} has position {} where {} was expected (tokens must be consecutive)", b.seq[t], b.pos[t],
-           it->start + static_cast<int>(it->idx.size()));
+      fail(
+          "deepseek4: sequence {} has position {} where {} was expected (tokens must be "
+          "consecutive)",
+          b.seq[t], b.pos[t], it->start + static_cast<int>(it->idx.size()));
     it->idx.push_back(t);
   }
   return runs;
@@ -45,8 +48,10 @@ std::vector<SeqRun> seq_runs(const Batch& b) {
 // rope at the block's first position) for each block a token completes. `row` writes a token's
 // state, `pooled` returns where block b's row goes.
 template <class StateRow, class PooledRow>
-void run_compressor(ForwardContext& ctx, const Ds4CompressorWeights& w, const std::vector<SeqRun>& runs, int ratio, int width,
-                    float eps, const TailRope& rope, const float* xn, StateRow state_row, PooledRow pooled_row) {
+void run_compressor(ForwardContext& ctx, const Ds4CompressorWeights& w,
+                    const std::vector<SeqRun>& runs, int ratio, int width, float eps,
+                    const TailRope& rope, const float* xn, StateRow state_row,
+                    PooledRow pooled_row) {
   const int64_t n = ctx.n_tok;
   const int cw = Ds4CacheShape::state_width(ratio) * width;
   std::vector<float> kv(n * cw), sc(n * cw);
@@ -69,8 +74,8 @@ void run_compressor(ForwardContext& ctx, const Ds4CompressorWeights& w, const st
         for (int q = 4 * (b - 1); q < 4 * b; ++q) prev.push_back(state_row(r.seq, q));
       for (int q = ratio * b; q <= p; ++q) cur.push_back(state_row(r.seq, q));
       float* out = pooled_row(r.seq, b);
-      compress_pool(width, cw, prev.data(), static_cast<int>(prev.size()), cur.data(), static_cast<int>(cur.size()),
-                    ratio == 4 ? width : 0, out);
+      compress_pool(width, cw, prev.data(), static_cast<int>(prev.size()), cur.data(),
+                    static_cast<int>(cur.size()), ratio == 4 ? width : 0, out);
       rmsnorm(out, w.norm.f32(), out, width, eps);
       rope.rotate(out, 1, width, ratio * b);
     }
@@ -78,8 +83,8 @@ void run_compressor(ForwardContext& ctx, const Ds4CompressorWeights& w, const st
 
 }  // namespace
 
-void ds4_attention(ForwardContext& ctx, int il, const Ds4AttentionWeights& w, const Ds4AttentionConfig& c, const float* xn,
-                   float* out) {
+void ds4_attention(ForwardContext& ctx, int il, const Ds4AttentionWeights& w,
+                   const Ds4AttentionConfig& c, const float* xn, float* out) {
   auto* cache = dynamic_cast<Ds4KvCache*>(&ctx.kv);
   if (!cache) fail("internal: deepseek4 needs its own KV cache (Model::make_kv_cache)");
   Ds4KvCache& kv = *cache;
@@ -91,7 +96,8 @@ void ds4_attention(ForwardContext& ctx, int il, const Ds4AttentionWeights& w, co
   // Queries: RMS_w of the q latent, up-projection, RMS per head (no weight), rope on the tail.
   std::vector<float> cq(n * q_rank), q(n * H * D), k(n * D);
   matmul(ctx.pool, w.wq_a.mat(), xn, n, cq.data());
-  for (int64_t t = 0; t < n; ++t) rmsnorm(cq.data() + t * q_rank, w.q_a_norm.f32(), cq.data() + t * q_rank, q_rank, c.eps);
+  for (int64_t t = 0; t < n; ++t)
+    rmsnorm(cq.data() + t * q_rank, w.q_a_norm.f32(), cq.data() + t * q_rank, q_rank, c.eps);
   matmul(ctx.pool, w.wq_b.mat(), cq.data(), n, q.data());
   matmul(ctx.pool, w.wkv.mat(), xn, n, k.data());
   for (int64_t t = 0; t < n; ++t) {
@@ -106,7 +112,8 @@ void ds4_attention(ForwardContext& ctx, int il, const Ds4AttentionWeights& w, co
 
   if (r != 0)
     run_compressor(
-        ctx, w.comp, runs, r, D, c.eps, *c.rope, xn, [&](int s, int p) { return kv.state_row(s, il, p); },
+        ctx, w.comp, runs, r, D, c.eps, *c.rope, xn,
+        [&](int s, int p) { return kv.state_row(s, il, p); },
         [&](int s, int b) { return kv.pooled_row(s, il, b); });
 
   // Indexer queries and weights (ratio 4).
@@ -114,7 +121,8 @@ void ds4_attention(ForwardContext& ctx, int il, const Ds4AttentionWeights& w, co
   std::vector<float> iq, iw;
   if (r == 4) {
     run_compressor(
-        ctx, w.icomp, runs, 4, Id, c.eps, *c.rope, xn, [&](int s, int p) { return kv.index_state_row(s, il, p); },
+        ctx, w.icomp, runs, 4, Id, c.eps, *c.rope, xn,
+        [&](int s, int p) { return kv.index_state_row(s, il, p); },
         [&](int s, int b) { return kv.index_row(s, il, b); });
     iq.resize(n * Ih * Id);
     iw.resize(n * Ih);
@@ -132,14 +140,15 @@ void ds4_attention(ForwardContext& ctx, int il, const Ds4AttentionWeights& w, co
   std::vector<int64_t> seq_of(n);
   for (size_t ri = 0; ri < runs.size(); ++ri)
     for (int64_t t : runs[ri].idx) seq_of[t] = static_cast<int64_t>(ri);
-  auto collect = [&](int64_t t, std::vector<float>& scores, std::vector<const float*>& ikeys, std::vector<int32_t>& sel,
-                     bool parallel_scores) {
+  auto collect = [&](int64_t t, std::vector<float>& scores, std::vector<const float*>& ikeys,
+                     std::vector<int32_t>& sel, bool parallel_scores) {
     const SeqRun& run = runs[seq_of[t]];
     const int32_t p = ctx.batch.pos[t];
     std::vector<const float*>& ks = keys[t];
     ks.clear();
     for (int32_t j = std::max(0, p - c.window + 1); j <= p; ++j)
-      ks.push_back(j >= run.start ? k.data() + run.idx[j - run.start] * D : kv.window_row(run.seq, il, j));
+      ks.push_back(j >= run.start ? k.data() + run.idx[j - run.start] * D
+                                  : kv.window_row(run.seq, il, j));
     if (r == 0) return;
     const int n_vis = (p + 1) / r;
     if (r == 128 || n_vis <= c.idx_top_k) {
@@ -153,7 +162,8 @@ void ds4_attention(ForwardContext& ctx, int il, const Ds4AttentionWeights& w, co
     const float* wt = iw.data() + t * Ih;
     if (parallel_scores)
       ctx.pool.parallel_for(n_vis, [&](int64_t b0, int64_t b1) {
-        indexer_scores(qt, wt, Ih, Id, ikeys.data(), static_cast<int>(b0), static_cast<int>(b1), scores.data());
+        indexer_scores(qt, wt, Ih, Id, ikeys.data(), static_cast<int>(b0), static_cast<int>(b1),
+                       scores.data());
       });
     else
       indexer_scores(qt, wt, Ih, Id, ikeys.data(), 0, n_vis, scores.data());
@@ -209,16 +219,19 @@ void ds4_attention(ForwardContext& ctx, int il, const Ds4AttentionWeights& w, co
   // Raw keys into the window ring, in position order so the newest win.
   for (const SeqRun& run : runs)
     for (size_t i = 0; i < run.idx.size(); ++i)
-      std::copy_n(k.data() + run.idx[i] * D, D, kv.window_row(run.seq, il, run.start + static_cast<int>(i)));
+      std::copy_n(k.data() + run.idx[i] * D, D,
+                  kv.window_row(run.seq, il, run.start + static_cast<int>(i)));
 
   // Grouped output LoRA: group g maps its H/G heads through rows g·O.. of wo_a.
   const int G = c.n_groups, O = c.o_rank;
   const int64_t gw = static_cast<int64_t>(H / G) * D;
   std::vector<float> xg(n * gw), ug(n * O), u(n * G * O);
   for (int g = 0; g < G; ++g) {
-    for (int64_t t = 0; t < n; ++t) std::copy_n(o.data() + t * H * D + g * gw, gw, xg.data() + t * gw);
+    for (int64_t t = 0; t < n; ++t)
+      std::copy_n(o.data() + t * H * D + g * gw, gw, xg.data() + t * gw);
     const MatView a = w.wo_a.mat();
-    const MatView part{a.type, a.n_in, O, a.data + static_cast<uint64_t>(g) * O * a.row_stride, a.row_stride};
+    const MatView part{a.type, a.n_in, O, a.data + static_cast<uint64_t>(g) * O * a.row_stride,
+                       a.row_stride};
     matmul(ctx.pool, part, xg.data(), n, ug.data());
     for (int64_t t = 0; t < n; ++t) std::copy_n(ug.data() + t * O, O, u.data() + t * G * O + g * O);
   }

@@ -13,20 +13,21 @@
 namespace sluice {
 
 struct Ds4CompressorWeights {
-  Tensor kv, gate;         // (d, c·w)
-  std::vector<float> ape;  // (r, c·w) score offsets by position inside the block, dequantized at load
-  Tensor norm;             // F32 (w)
+  Tensor kv, gate;  // (d, c·w)
+  std::vector<float>
+      ape;      // (r, c·w) score offsets by position inside the block, dequantized at load
+  Tensor norm;  // F32 (w)
 };
 
 struct Ds4AttentionWeights {
-  Tensor wq_a;      // (d, Q)
-  Tensor q_a_norm;  // F32 (Q)
-  Tensor wq_b;      // (Q, H·D)
-  Tensor wkv;       // (d, D)
-  Tensor kv_norm;   // F32 (D)
-  Tensor sinks;     // F32 (H)
-  Tensor wo_a;      // (H·D/G, G·O): group g = rows g·O .. g·O+O−1
-  Tensor wo_b;      // (G·O, d)
+  Tensor wq_a;                 // (d, Q)
+  Tensor q_a_norm;             // F32 (Q)
+  Tensor wq_b;                 // (Q, H·D)
+  Tensor wkv;                  // (d, D)
+  Tensor kv_norm;              // F32 (D)
+  Tensor sinks;                // F32 (H)
+  Tensor wo_a;                 // (H·D/G, G·O): group g = rows g·O .. g·O+O−1
+  Tensor wo_b;                 // (G·O, d)
   Ds4CompressorWeights comp;   // ratio ≠ 0, w = D
   Tensor idx_q_b;              // ratio 4: (Q, Ih·Id)
   Tensor idx_proj;             // ratio 4: (d, Ih)
@@ -44,7 +45,7 @@ struct Ds4AttentionConfig {
 // out (n_tok, d) = attention of the tokens whose attn_norm output is xn (n_tok, d). Appends the
 // tokens to the cache layer's rings and pooled rows; ctx.kv must be a Ds4KvCache and every
 // sequence's tokens must continue it in position order.
-void ds4_attention(ForwardContext& ctx, int il, const Ds4AttentionWeights& w, const Ds4AttentionConfig& c, const float* xn,
-                   float* out);
+void ds4_attention(ForwardContext& ctx, int il, const Ds4AttentionWeights& w,
+                   const Ds4AttentionConfig& c, const float* xn, float* out);
 
 }  // namespace sluice

@@ -12,11 +12,13 @@
 namespace sluice {
 
 namespace {
-float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+float sigmoid(float x) {
+  return 1.0f / (1.0f + std::exp(-x));
+}
 }  // namespace
 
-void hc_weights(const HcConfig& c, const float* m, const float* base, const float* scale, float* pre, float* post,
-                float* comb) {
+void hc_weights(const HcConfig& c, const float* m, const float* base, const float* scale,
+                float* pre, float* post, float* comb) {
   const int S = c.n_streams;
   for (int s = 0; s < S; ++s) pre[s] = sigmoid(scale[0] * m[s] + base[s]) + c.eps;
   if (!post) return;
@@ -45,21 +47,23 @@ void hc_weights(const HcConfig& c, const float* m, const float* base, const floa
   }
 }
 
-void hc_pre(ThreadPool& pool, const HcConfig& c, const HcWeights& w, const float* x, int64_t n_tok, int64_t d, float* a,
-            float* post, float* comb) {
+void hc_pre(ThreadPool& pool, const HcConfig& c, const HcWeights& w, const float* x, int64_t n_tok,
+            int64_t d, float* a, float* post, float* comb) {
   const int S = c.n_streams;
   const int64_t width = S * d;
   const int64_t n_mix = w.fn.ne[1];
   if (w.fn.ne[0] != width || (n_mix != S && n_mix != (2 + S) * S))
-    fail("hyper-connection mixer has dims [{}, {}], expected [{}, {} or {}]", w.fn.ne[0], n_mix, width, S, (2 + S) * S);
+    fail("hyper-connection mixer has dims [{}, {}], expected [{}, {} or {}]", w.fn.ne[0], n_mix,
+         width, S, (2 + S) * S);
   std::vector<float> z(n_tok * width), m(n_tok * n_mix);
-  for (int64_t t = 0; t < n_tok; ++t) rmsnorm(x + t * width, nullptr, z.data() + t * width, width, c.rms_eps);
+  for (int64_t t = 0; t < n_tok; ++t)
+    rmsnorm(x + t * width, nullptr, z.data() + t * width, width, c.rms_eps);
   matmul(pool, w.fn.mat(), z.data(), n_tok, m.data());
   const bool full = n_mix != S;
   for (int64_t t = 0; t < n_tok; ++t) {
     float pre[64];
-    hc_weights(c, m.data() + t * n_mix, w.base.f32(), w.scale.f32(), pre, full ? post + t * S : nullptr,
-               full ? comb + t * S * S : nullptr);
+    hc_weights(c, m.data() + t * n_mix, w.base.f32(), w.scale.f32(), pre,
+               full ? post + t * S : nullptr, full ? comb + t * S * S : nullptr);
     const float* xt = x + t * width;
     float* at = a + t * d;
     for (int64_t i = 0; i < d; ++i) at[i] = pre[0] * xt[i];
@@ -67,7 +71,8 @@ void hc_pre(ThreadPool& pool, const HcConfig& c, const HcWeights& w, const float
   }
 }
 
-void hc_post(const HcConfig& c, const float* f, const float* post, const float* comb, int64_t n_tok, int64_t d, float* x) {
+void hc_post(const HcConfig& c, const float* f, const float* post, const float* comb, int64_t n_tok,
+             int64_t d, float* x) {
   const int S = c.n_streams;
   const int64_t width = S * d;
   std::vector<float> out(width);

@@ -77,7 +77,7 @@ void Model::forward(ThreadPool& pool, const Batch& batch, KvCache& kv, std::vect
     if (batch.want_logits[t]) picked.insert(picked.end(), x.begin() + t * width, x.begin() + (t + 1) * width);
   const int64_t n_out = static_cast<int64_t>(picked.size()) / width;
   rows.resize(n_out * n_embd);
-  head_input(pool, picked.data(), n_out, rows.data());
+  if (n_out > 0) head_input(pool, picked.data(), n_out, rows.data());
   for (int64_t t = 0; t < n_out; ++t) rmsnorm(rows.data() + t * n_embd, output_norm_.f32(), rows.data() + t * n_embd, n_embd, hp_.rms_eps);
   logits.resize(n_out * hp_.n_vocab);
   if (n_out > 0) matmul(pool, output_.mat(), rows.data(), n_out, logits.data());

@@ -101,6 +101,7 @@ struct Session::Impl {
   std::unique_ptr<KvCache> kv;
   std::vector<int32_t> tokens;  // context held in kv (sequence 0)
   std::vector<float> logits;    // after the last evaluated token
+  int reused = 0;               // prompt tokens the last evaluate() took from the cache
 
   // Evaluates tokens[from, to) at their positions; when `all` is set, keeps logits of each.
   void run(std::span<const int32_t> toks, int from, std::vector<float>* all) {
@@ -158,6 +159,7 @@ std::span<const float> Session::evaluate(std::span<const int32_t> toks) {
   if (common == toks.size()) --common;
   s.kv->truncate(0, static_cast<int>(common));
   common = static_cast<size_t>(s.kv->length(0));  // a cache may keep less than asked (deepseek4 rings)
+  s.reused = static_cast<int>(common);
   s.tokens.assign(toks.begin(), toks.end());
   s.run(toks, static_cast<int>(common), nullptr);
   return s.logits;
@@ -178,11 +180,9 @@ GenerateResult Session::generate(std::span<const int32_t> prompt, const Generate
   Impl& s = *impl_;
   GenerateResult r;
   Timer t;
-  size_t common = 0;
-  while (common < s.tokens.size() && common < prompt.size() && s.tokens[common] == prompt[common]) ++common;
-  r.n_reused = static_cast<int>(std::min(common, prompt.size() - 1));
-  r.n_prompt = static_cast<int>(prompt.size()) - r.n_reused;
   evaluate(prompt);
+  r.n_reused = s.reused;
+  r.n_prompt = static_cast<int>(prompt.size()) - r.n_reused;
   r.prefill_seconds = t.seconds();
   t.reset();
 

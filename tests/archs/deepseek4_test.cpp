@@ -4,6 +4,7 @@
 // evaluation, and the engine's KV allocation is what `sluice inspect` estimates.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -13,6 +14,7 @@
 #include "kv/ds4_cache.h"
 #include "model/model.h"
 #include "model/sizing.h"
+#include "sluice/serving.h"
 #include "sluice/sluice.h"
 
 using namespace sluice;
@@ -42,11 +44,13 @@ Loaded load() {
 }
 
 // Logits of every token of `toks` (sequence `seq`), evaluated in chunks of `chunk` tokens.
-std::vector<float> run(Model& m, ThreadPool& pool, KvCache& kv, const std::vector<int32_t>& toks, int chunk, int seq = 0) {
+std::vector<float> run(Model& m, ThreadPool& pool, KvCache& kv, const std::vector<int32_t>& toks,
+                       int chunk, int seq = 0) {
   std::vector<float> all, out;
   for (size_t s = 0; s < toks.size(); s += chunk) {
     Batch b;
-    for (size_t i = s; i < std::min(toks.size(), s + chunk); ++i) b.add(toks[i], static_cast<int32_t>(i), seq, true);
+    for (size_t i = s; i < std::min(toks.size(), s + chunk); ++i)
+      b.add(toks[i], static_cast<int32_t>(i), seq, true);
     m.forward(pool, b, kv, out);
     all.insert(all.end(), out.begin(), out.end());
   }
@@ -56,7 +60,8 @@ std::vector<float> run(Model& m, ThreadPool& pool, KvCache& kv, const std::vecto
 double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
   EXPECT_EQ(a.size(), b.size());
   double d = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) d = std::max(d, static_cast<double>(std::fabs(a[i] - b[i])));
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    d = std::max(d, static_cast<double>(std::fabs(a[i] - b[i])));
   return d;
 }
 
@@ -74,7 +79,8 @@ TEST_F(Deepseek4, DecodeTokenByTokenEqualsOneShotPrefill) {
   Loaded l = load();
   ThreadPool pool(2);
   const std::vector<int32_t> toks = prompt_tokens(300);
-  auto kv1 = l.model->make_kv_cache(512), kv2 = l.model->make_kv_cache(512), kv3 = l.model->make_kv_cache(512);
+  auto kv1 = l.model->make_kv_cache(512), kv2 = l.model->make_kv_cache(512),
+       kv3 = l.model->make_kv_cache(512);
   const std::vector<float> once = run(*l.model, pool, *kv1, toks, 300);
   const std::vector<float> single = run(*l.model, pool, *kv2, toks, 1);
   const std::vector<float> chunks = run(*l.model, pool, *kv3, toks, 37);
@@ -87,7 +93,8 @@ TEST_F(Deepseek4, TwoSequencesInOneBatchEqualSeparateRuns) {
   Loaded l = load();
   ThreadPool pool(2);
   const std::vector<int32_t> all = prompt_tokens(400);
-  const std::vector<int32_t> a(all.begin(), all.begin() + 150), b(all.begin() + 200, all.begin() + 400);
+  const std::vector<int32_t> a(all.begin(), all.begin() + 150),
+      b(all.begin() + 200, all.begin() + 400);
   auto kva = l.model->make_kv_cache(512), kvb = l.model->make_kv_cache(512);
   const std::vector<float> ra = run(*l.model, pool, *kva, a, 150);
   const std::vector<float> rb = run(*l.model, pool, *kvb, b, 200);
@@ -142,7 +149,8 @@ TEST_F(Deepseek4, SessionContinuingOrRewindingMatchesFreshEvaluation) {
     return std::vector<float>(l.begin(), l.end());
   };
   auto session = engine->new_session();
-  for (size_t n : {200, 320, 310, 311, 90, 250}) {  // continue, rewind ≤ 16, step, long rewind, continue
+  for (size_t n :
+       {200, 320, 310, 311, 90, 250}) {  // continue, rewind ≤ 16, step, long rewind, continue
     auto l = session->evaluate(std::span<const int32_t>(toks.data(), n));
     const std::vector<float> got(l.begin(), l.end());
     EXPECT_LE(max_diff(got, fresh(n)), 1e-4) << "prompt of " << n << " tokens";
@@ -169,4 +177,41 @@ TEST_F(Deepseek4, EngineAllocationEqualsInspectEstimate) {
   eo.model_path = kModel;
   eo.n_ctx = 1024;
   EXPECT_EQ(Engine::load(eo)->info().kv_bytes, r.kv.bytes);
+}
+
+TEST_F(Deepseek4, SchedulerBatchesSequencesLikeSessions) {
+  // Three prompts sharing prefixes (the scheduler copies or truncates a slot's cache), prefilled in
+  // chunks mixed with the others' decode rows: greedy tokens equal Session::generate alone.
+  using namespace std::chrono_literals;
+  EngineOptions eo;
+  eo.model_path = kModel;
+  eo.n_ctx = 512;
+  eo.n_threads = 2;
+  auto engine = Engine::load(eo);
+  const std::vector<int32_t> toks = prompt_tokens(300);
+  const std::vector<std::vector<int32_t>> prompts = {{toks.begin(), toks.begin() + 150},
+                                                     {toks.begin(), toks.begin() + 230},
+                                                     {toks.begin() + 40, toks.begin() + 140}};
+  GenerateOptions g;
+  g.max_tokens = 8;
+  g.sampling.temperature = 0;
+  g.stop_at_eog = false;
+  std::vector<std::vector<int32_t>> alone;
+  for (const auto& p : prompts)
+    alone.push_back(engine->new_session()->generate(p, g, nullptr).tokens);
+  Scheduler sched(*engine, {.n_parallel = 2, .max_queue = 4, .prefill_chunk = 40});
+  for (int round = 0; round < 2; ++round) {  // the second round reuses the slots' cached prefixes
+    std::vector<std::shared_ptr<CompletionHandle>> handles;
+    for (const auto& p : prompts)
+      handles.push_back(sched.submit({.prompt = p, .options = g}).handle);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      CompletionEvent ev;
+      bool done = false;
+      for (int k = 0; k < 1200 && !done; ++k)
+        done = handles[i]->next(ev, 100ms) && ev.kind != CompletionEvent::Kind::kText;
+      ASSERT_TRUE(done) << "request " << i;
+      ASSERT_EQ(ev.kind, CompletionEvent::Kind::kDone) << ev.text;
+      EXPECT_EQ(ev.result.tokens, alone[i]) << "round " << round << " request " << i;
+    }
+  }
 }

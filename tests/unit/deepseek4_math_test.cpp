@@ -31,8 +31,8 @@ TEST(Deepseek4Math, SinkhornOneIterationIsRowSoftmaxThenColumns) {
   EXPECT_NEAR(comb[3], 2.0f / 5, 1e-6);
   EXPECT_NEAR(pre[0], 1.0f / (1.0f + std::exp(-0.5f)), 1e-6);
   EXPECT_NEAR(pre[1], 1.0f / (1.0f + std::exp(1.0f)), 1e-6);
-  EXPECT_NEAR(post[0], 1.0f, 1e-6);                                  // 2·σ(0)
-  EXPECT_NEAR(post[1], 2.0f / (1.0f + std::exp(-2.0f)), 1e-6);       // 2·σ(2)
+  EXPECT_NEAR(post[0], 1.0f, 1e-6);                             // 2·σ(0)
+  EXPECT_NEAR(post[1], 2.0f / (1.0f + std::exp(-2.0f)), 1e-6);  // 2·σ(2)
 }
 
 TEST(Deepseek4Math, SinkhornConvergesToDoublyStochastic) {
@@ -58,7 +58,7 @@ TEST(Deepseek4Math, HcPostMixesStreamsAndAddsOutput) {
   HcConfig c;
   c.n_streams = 2;
   const int64_t d = 2;
-  std::vector<float> x = {1, 2, 10, 20};        // stream 0 = (1, 2), stream 1 = (10, 20)
+  std::vector<float> x = {1, 2, 10, 20};  // stream 0 = (1, 2), stream 1 = (10, 20)
   const float f[2] = {100, 200}, post[2] = {0.5f, 2.0f};
   const float comb[4] = {0.25f, 0.75f, 0.5f, 0.5f};  // [source][destination]
   hc_post(c, f, post, comb, 1, d, x.data());
@@ -71,9 +71,11 @@ TEST(Deepseek4Math, HcPostMixesStreamsAndAddsOutput) {
 TEST(Deepseek4Math, CompressorPoolsBothBlocksThroughTheirHalves) {
   // w = 1, cw = 2: a row is [kv0, kv1, score0, score1]. Previous block through channel 0, current
   // through channel 1; values of the other half must not count.
-  const float prev_rows[4][4] = {{1, 1000, 0, 50}, {2, 1000, 0, 50}, {3, 1000, 0, 50}, {4, 1000, 0, 50}};
+  const float prev_rows[4][4] = {
+      {1, 1000, 0, 50}, {2, 1000, 0, 50}, {3, 1000, 0, 50}, {4, 1000, 0, 50}};
   const float ln4 = std::log(4.0f);
-  const float cur_rows[4][4] = {{1000, 10, 50, 0}, {1000, 20, 50, 0}, {1000, 30, 50, 0}, {1000, 40, 50, ln4}};
+  const float cur_rows[4][4] = {
+      {1000, 10, 50, 0}, {1000, 20, 50, 0}, {1000, 30, 50, 0}, {1000, 40, 50, ln4}};
   const float* prev[4] = {prev_rows[0], prev_rows[1], prev_rows[2], prev_rows[3]};
   const float* cur[4] = {cur_rows[0], cur_rows[1], cur_rows[2], cur_rows[3]};
   float out = 0;
@@ -91,7 +93,7 @@ TEST(Deepseek4Math, CompressorSoftmaxIsPerChannel) {
   const float* cur[2] = {a, b};
   float out[2];
   compress_pool(2, 2, nullptr, 0, cur, 2, 0, out);
-  EXPECT_NEAR(out[0], 2.0f, 1e-5);                  // equal scores: mean of 1 and 3
+  EXPECT_NEAR(out[0], 2.0f, 1e-5);  // equal scores: mean of 1 and 3
   EXPECT_NEAR(out[1], (5.0f + 3.0f * 7.0f) / 4.0f, 1e-5);
 }
 
@@ -166,6 +168,7 @@ TEST(Deepseek4Math, CacheBytesPerTokenOfV4Flash) {
   s.window = 128;
   EXPECT_EQ(s.bytes_per_position(), 3440u * 4);
   // Fixed: rings of W + 16 raw keys everywhere, compressor and indexer states.
-  const uint64_t fixed = 43ull * 144 * 512 + 21ull * 24 * 4 * 512 + 21ull * 24 * 4 * 128 + 20ull * 144 * 2 * 512;
+  const uint64_t fixed =
+      43ull * 144 * 512 + 21ull * 24 * 4 * 512 + 21ull * 24 * 4 * 128 + 20ull * 144 * 2 * 512;
   EXPECT_EQ(s.fixed_bytes(), fixed * 4);
 }

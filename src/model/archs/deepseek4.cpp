@@ -33,10 +33,12 @@ int key_int(const gguf::File& f, const std::string& key, int64_t lo, int64_t hi)
 }
 
 // A per-layer float array that may carry extra (MTP) entries; absent: `fallback` for every layer.
-std::vector<float> layer_floats(const gguf::File& f, const std::string& key, int n_layer, const std::vector<float>& fallback) {
+std::vector<float> layer_floats(const gguf::File& f, const std::string& key, int n_layer,
+                                const std::vector<float>& fallback) {
   if (!f.has(key)) return fallback;
   std::vector<float> v = f.get_float_array(key);
-  if (static_cast<int>(v.size()) < n_layer) fail("metadata key '{}' has {} entries, expected at least {}", key, v.size(), n_layer);
+  if (static_cast<int>(v.size()) < n_layer)
+    fail("metadata key '{}' has {} entries, expected at least {}", key, v.size(), n_layer);
   v.resize(n_layer);
   return v;
 }
@@ -45,14 +47,26 @@ class DeepSeek4 final : public Model {
  public:
   explicit DeepSeek4(const gguf::File& f) : Model(read_hparams(f)) {
     const std::string a = hp_.arch + ".";
+    // An MTP block (its own nextn.* tensors), when a file counts it in block_count, is not a layer
+    // of the main model.
+    const int64_t n_mtp = f.get_int_or(a + "nextn_predict_layers", 0);
+    if (n_mtp < 0 || n_mtp >= hp_.n_layer)
+      fail("metadata key '{}nextn_predict_layers' is {}, expected 0..{}", a, n_mtp,
+           hp_.n_layer - 1);
+    if (n_mtp > 0 &&
+        f.find_tensor(WeightLoader::layer_name(hp_.n_layer - 1, "nextn.eh_proj.weight")))
+      hp_.n_layer -= static_cast<int>(n_mtp);
     const int L = hp_.n_layer;
     const int64_t d = hp_.n_embd;
     H_ = hp_.n_head[0];
     for (int il = 0; il < L; ++il)
       if (hp_.n_head[il] != H_ || hp_.n_head_kv[il] != 1)
-        fail("deepseek4: layer {} has {} heads and {} KV heads, expected {} and 1", il, hp_.n_head[il], hp_.n_head_kv[il], H_);
+        fail("deepseek4: layer {} has {} heads and {} KV heads, expected {} and 1", il,
+             hp_.n_head[il], hp_.n_head_kv[il], H_);
     D_ = hp_.head_dim_k;
-    if (hp_.head_dim_v != D_) fail("deepseek4: key_length {} and value_length {} must be equal (K is V)", D_, hp_.head_dim_v);
+    if (hp_.head_dim_v != D_)
+      fail("deepseek4: key_length {} and value_length {} must be equal (K is V)", D_,
+           hp_.head_dim_v);
     const int R = hp_.rope.n_rot;
     if (R >= D_) fail("deepseek4: rope.dimension_count {} must be below the head size {}", R, D_);
     const int Q = key_int(f, a + "attention.q_lora_rank", 1, 1 << 20);
@@ -61,33 +75,44 @@ class DeepSeek4 final : public Model {
     O_ = key_int(f, a + "attention.output_lora_rank", 1, 1 << 20);
     W_ = key_int(f, a + "attention.sliding_window", 1, 1 << 20);
     hc_.n_streams = static_cast<int>(f.get_int_or(a + "hyper_connection.count", 4));
-    if (hc_.n_streams < 1 || hc_.n_streams > 8) fail("metadata key '{}hyper_connection.count' is {}, expected 1..8", a, hc_.n_streams);
+    if (hc_.n_streams < 1 || hc_.n_streams > 8)
+      fail("metadata key '{}hyper_connection.count' is {}, expected 1..8", a, hc_.n_streams);
     hc_.n_iter = static_cast<int>(f.get_int_or(a + "hyper_connection.sinkhorn_iterations", 20));
-    if (hc_.n_iter < 1) fail("metadata key '{}hyper_connection.sinkhorn_iterations' is {}, expected ≥ 1", a, hc_.n_iter);
+    if (hc_.n_iter < 1)
+      fail("metadata key '{}hyper_connection.sinkhorn_iterations' is {}, expected ≥ 1", a,
+           hc_.n_iter);
     hc_.eps = static_cast<float>(f.get_float_or(a + "hyper_connection.epsilon", 1e-6));
     hc_.rms_eps = hp_.rms_eps;
 
     std::vector<int64_t> ratios = f.get_int_array(a + "attention.compress_ratios");
     if (static_cast<int>(ratios.size()) < L)
-      fail("metadata key '{}attention.compress_ratios' has {} entries, expected at least block_count {}", a, ratios.size(), L);
+      fail(
+          "metadata key '{}attention.compress_ratios' has {} entries, expected at least "
+          "block_count {}",
+          a, ratios.size(), L);
     ratio_.resize(L);
     bool any_csa = false;
     for (int il = 0; il < L; ++il) {
       if (ratios[il] != 0 && ratios[il] != 4 && ratios[il] != 128)
-        fail("metadata key '{}attention.compress_ratios' has {} for layer {}, expected 0, 4 or 128", a, ratios[il], il);
+        fail("metadata key '{}attention.compress_ratios' has {} for layer {}, expected 0, 4 or 128",
+             a, ratios[il], il);
       ratio_[il] = static_cast<int>(ratios[il]);
       any_csa |= ratio_[il] == 4;
     }
     if (any_csa) {
       Ih_ = key_int(f, a + "attention.indexer.head_count", 1, 1 << 16);
-      Id_ = key_int(f, a + "attention.indexer.key_length", R + 1, 1 << 16);
+      Id_ = key_int(f, a + "attention.indexer.key_length", R, 1 << 16);
       It_ = key_int(f, a + "attention.indexer.top_k", 1, 1 << 30);
     }
 
-    if (hp_.n_expert <= 0 || hp_.n_ff_exp <= 0) fail("deepseek4: needs {}expert_count and {}expert_feed_forward_length", a, a);
-    if (hp_.gating != GatingFunc::kSqrtSoftplus) fail("metadata key '{}expert_gating_func' must be 4 (sqrt(softplus))", a);
+    if (hp_.n_expert <= 0 || hp_.n_ff_exp <= 0)
+      fail("deepseek4: needs {}expert_count and {}expert_feed_forward_length", a, a);
+    if (!f.has(a + "expert_gating_func")) hp_.gating = GatingFunc::kSqrtSoftplus;
+    if (hp_.gating != GatingFunc::kSqrtSoftplus)
+      fail("metadata key '{}expert_gating_func' must be 4 (sqrt(softplus))", a);
     n_hash_ = static_cast<int>(f.get_int_or(a + "hash_layer_count", 0));
-    if (n_hash_ < 0 || n_hash_ > L) fail("metadata key '{}hash_layer_count' is {}, expected 0..{}", a, n_hash_, L);
+    if (n_hash_ < 0 || n_hash_ > L)
+      fail("metadata key '{}hash_layer_count' is {}, expected 0..{}", a, n_hash_, L);
     clamp_exp_ = layer_floats(f, a + "swiglu_clamp_exp", L, std::vector<float>(L, 0.0f));
     clamp_shexp_ = layer_floats(f, a + "swiglu_clamp_shexp", L, clamp_exp_);
     rc_ = router_config(hp_);
@@ -95,8 +120,11 @@ class DeepSeek4 final : public Model {
 
     // RoPE regimes: window-only layers plain; compressed layers their own base with YaRN.
     TailRopeParams plain{R, hp_.rope.freq_base, false, 1.0f, 0};
-    TailRopeParams comp{R, static_cast<float>(f.get_float_or(a + "attention.compress_rope_freq_base", hp_.rope.freq_base)),
-                        hp_.rope.scaling == RopeScaling::kYarn, 1.0f / hp_.rope.freq_scale, hp_.rope.n_ctx_orig};
+    TailRopeParams comp{R,
+                        static_cast<float>(f.get_float_or(a + "attention.compress_rope_freq_base",
+                                                          hp_.rope.freq_base)),
+                        hp_.rope.scaling == RopeScaling::kYarn, 1.0f / hp_.rope.freq_scale,
+                        hp_.rope.n_ctx_orig};
     rope_plain_ = std::make_unique<TailRope>(plain);
     rope_comp_ = std::make_unique<TailRope>(comp);
 
@@ -104,7 +132,8 @@ class DeepSeek4 final : public Model {
     WeightLoader wl(f);
     const int S = hc_.n_streams;
     const int64_t n_mix = (2 + S) * S;
-    head_hc_ = {wl.require("output_hc_fn.weight", {S * d, S}), wl.require_f32("output_hc_base.weight", {S}),
+    head_hc_ = {wl.require("output_hc_fn.weight", {S * d, S}),
+                wl.require_f32("output_hc_base.weight", {S}),
                 wl.require_f32("output_hc_scale.weight", {1})};
     const int64_t E = hp_.n_expert, K = hp_.n_expert_used, F = hp_.n_ff_exp;
     layers_.resize(L);
@@ -114,9 +143,11 @@ class DeepSeek4 final : public Model {
       auto n = [&](const char* what) { return WeightLoader::layer_name(il, what); };
       Layer& ly = layers_[il];
       const int r = ratio_[il];
-      ly.hc_attn = {wl.require(n("hc_attn_fn.weight"), {S * d, n_mix}), wl.require_f32(n("hc_attn_base.weight"), {n_mix}),
+      ly.hc_attn = {wl.require(n("hc_attn_fn.weight"), {S * d, n_mix}),
+                    wl.require_f32(n("hc_attn_base.weight"), {n_mix}),
                     wl.require_f32(n("hc_attn_scale.weight"), {3})};
-      ly.hc_ffn = {wl.require(n("hc_ffn_fn.weight"), {S * d, n_mix}), wl.require_f32(n("hc_ffn_base.weight"), {n_mix}),
+      ly.hc_ffn = {wl.require(n("hc_ffn_fn.weight"), {S * d, n_mix}),
+                   wl.require_f32(n("hc_ffn_base.weight"), {n_mix}),
                    wl.require_f32(n("hc_ffn_scale.weight"), {3})};
       ly.attn_norm = wl.require_f32(n("attn_norm.weight"), {d});
       Ds4AttentionWeights& A = ly.attn;
@@ -135,19 +166,32 @@ class DeepSeek4 final : public Model {
         A.icomp = load_compressor(wl, il, "indexer_compressor_", 4, d, Id_);
       }
       Ds4AttentionConfig& C = ly.cfg;
-      C = {r, H_, D_, G_, O_, W_, Ih_, Id_, It_, hp_.rms_eps, r == 0 ? rope_plain_.get() : rope_comp_.get()};
+      C = {r,
+           H_,
+           D_,
+           G_,
+           O_,
+           W_,
+           Ih_,
+           Id_,
+           It_,
+           hp_.rms_eps,
+           r == 0 ? rope_plain_.get() : rope_comp_.get()};
 
       ly.ffn_norm = wl.require_f32(n("ffn_norm.weight"), {d});
       ly.router.gate_inp = wl.require(n("ffn_gate_inp.weight"), {d, E});
       if (il < n_hash_) {
         ly.router.tid2eid = wl.require(n("ffn_gate_tid2eid.weight"), {K, hp_.n_vocab});
-        if (ly.router.tid2eid.type != GgmlType::I32) fail("tensor '{}' has type {}, expected I32", n("ffn_gate_tid2eid.weight"), type_name(ly.router.tid2eid.type));
+        if (ly.router.tid2eid.type != GgmlType::I32)
+          fail("tensor '{}' has type {}, expected I32", n("ffn_gate_tid2eid.weight"),
+               type_name(ly.router.tid2eid.type));
       } else {
         ly.router.exp_probs_b = wl.optional_f32(n("exp_probs_b.bias"), {E});
         set_lookahead(il, ly.ffn_norm, ly.router.gate_inp, ly.router.exp_probs_b);
       }
       expert_layout_.layers[il] = load_merged_experts(wl, il, d, F, E);
-      if (hp_.n_expert_shared > 0) ly.shexp = load_swiglu(wl, il, "_shexp", d, F * hp_.n_expert_shared);
+      if (hp_.n_expert_shared > 0)
+        ly.shexp = load_swiglu(wl, il, "_shexp", d, F * hp_.n_expert_shared);
     }
   }
 
@@ -169,7 +213,8 @@ class DeepSeek4 final : public Model {
       if (std::find(seen.begin(), seen.end(), s) != seen.end()) continue;
       seen.push_back(s);
       if (ctx.batch.pos[t] != ctx.kv.length(s))
-        fail("deepseek4: sequence {} continues at position {} but its cache holds {} positions", s, ctx.batch.pos[t], ctx.kv.length(s));
+        fail("deepseek4: sequence {} continues at position {} but its cache holds {} positions", s,
+             ctx.batch.pos[t], ctx.kv.length(s));
     }
     for (int s : seen) kv->begin_step(s);
     // Hash layers know their experts from the token ids: ask the store for them before any layer.
@@ -195,20 +240,23 @@ class DeepSeek4 final : public Model {
     const int S = hc_.n_streams;
     std::vector<float> a(n * d), xn(n * d), f(n * d), post(n * S), comb(n * S * S);
     hc_pre(ctx.pool, hc_, ly.hc_attn, x, n, d, a.data(), post.data(), comb.data());
-    for (int64_t t = 0; t < n; ++t) rmsnorm(a.data() + t * d, ly.attn_norm.f32(), xn.data() + t * d, d, hp_.rms_eps);
+    for (int64_t t = 0; t < n; ++t)
+      rmsnorm(a.data() + t * d, ly.attn_norm.f32(), xn.data() + t * d, d, hp_.rms_eps);
     ctx.dump("attn_norm", il, xn.data(), d);
     ds4_attention(ctx, il, ly.attn, ly.cfg, xn.data(), f.data());
     hc_post(hc_, f.data(), post.data(), comb.data(), n, d, x);
 
     hc_pre(ctx.pool, hc_, ly.hc_ffn, x, n, d, a.data(), post.data(), comb.data());
-    for (int64_t t = 0; t < n; ++t) rmsnorm(a.data() + t * d, ly.ffn_norm.f32(), xn.data() + t * d, d, hp_.rms_eps);
+    for (int64_t t = 0; t < n; ++t)
+      rmsnorm(a.data() + t * d, ly.ffn_norm.f32(), xn.data() + t * d, d, hp_.rms_eps);
     ctx.dump("ffn_norm", il, xn.data(), d);
     prefetch_next(ctx, il, a.data());
     const int K = rc_.n_used;
     std::vector<int32_t> ids(n * K);
     std::vector<float> wts(n * K);
     route(ctx, il, ly.router, rc_, xn.data(), ids.data(), wts.data());
-    moe_experts(ctx, il, ids.data(), wts.data(), K, ExpertActivation::kSwigluClamp, xn.data(), f.data(), clamp_exp_[il]);
+    moe_experts(ctx, il, ids.data(), wts.data(), K, ExpertActivation::kSwigluClamp, xn.data(),
+                f.data(), clamp_exp_[il]);
     if (ly.shexp.gate) {
       const int64_t fs = ly.shexp.gate.ne[1];
       std::vector<float> g(n * fs), u(n * fs), sh(n * d);
@@ -237,17 +285,22 @@ class DeepSeek4 final : public Model {
     FfnWeights shexp;  // gate/up (d, F·Ns), down (F·Ns, d)
   };
 
-  // blk.N.<prefix>{kv,gate,ape,norm}.weight of a compressor of width w (c = 2 channel groups at ratio 4).
-  static Ds4CompressorWeights load_compressor(const WeightLoader& wl, int il, const std::string& prefix, int r, int64_t d,
+  // blk.N.<prefix>{kv,gate,ape,norm}.weight of a compressor of width w (c = 2 channel groups at
+  // ratio 4).
+  static Ds4CompressorWeights load_compressor(const WeightLoader& wl, int il,
+                                              const std::string& prefix, int r, int64_t d,
                                               int64_t w) {
-    auto n = [&](const char* what) { return WeightLoader::layer_name(il, (prefix + what).c_str()); };
+    auto n = [&](const char* what) {
+      return WeightLoader::layer_name(il, (prefix + what).c_str());
+    };
     const int64_t cw = Ds4CacheShape::state_width(r) * w;
     Ds4CompressorWeights c;
     c.kv = wl.require(n("kv.weight"), {d, cw});
     c.gate = wl.require(n("gate.weight"), {d, cw});
     const Tensor ape = wl.require(n("ape.weight"), {cw, r});
     c.ape.resize(static_cast<size_t>(r) * cw);
-    for (int p = 0; p < r; ++p) dequantize_row(ape.type, ape.data + p * ape.row_bytes(), c.ape.data() + p * cw, cw);
+    for (int p = 0; p < r; ++p)
+      dequantize_row(ape.type, ape.data + p * ape.row_bytes(), c.ape.data() + p * cw, cw);
     c.norm = wl.require_f32(n("norm.weight"), {w});
     return c;
   }
@@ -264,6 +317,8 @@ class DeepSeek4 final : public Model {
 
 }  // namespace
 
-std::unique_ptr<Model> load_deepseek4(const gguf::File& file) { return std::make_unique<DeepSeek4>(file); }
+std::unique_ptr<Model> load_deepseek4(const gguf::File& file) {
+  return std::make_unique<DeepSeek4>(file);
+}
 
 }  // namespace sluice
