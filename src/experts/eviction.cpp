@@ -55,8 +55,11 @@ class LfuEvictor final : public ScoredEvictor {
 class NextUseEvictor final : public Evictor {
  public:
   NextUseEvictor(int n_layer, int n_expert)
-      : n_layer_(n_layer), n_expert_(n_expert), use_w_(static_cast<size_t>(n_layer) * n_expert, 0.0),
-        pass_w_(n_layer, 0.0), pass_(n_layer, 0) {}
+      : n_layer_(n_layer),
+        n_expert_(n_expert),
+        use_w_(static_cast<size_t>(n_layer) * n_expert, 0.0),
+        pass_w_(n_layer, 0.0),
+        pass_(n_layer, 0) {}
 
   void begin_request(int il, size_t n_ids) override {
     il_ = il;
@@ -106,9 +109,12 @@ class NextUseEvictor final : public Evictor {
 
 std::unique_ptr<Evictor> make_evictor(EvictionPolicy p, int n_layer, int n_expert, int n_slots) {
   switch (p) {
-    case EvictionPolicy::kLru: return std::make_unique<LruEvictor>(n_slots);
-    case EvictionPolicy::kLfu: return std::make_unique<LfuEvictor>(n_slots);
-    case EvictionPolicy::kNextUse: return std::make_unique<NextUseEvictor>(n_layer, n_expert);
+    case EvictionPolicy::kLru:
+      return std::make_unique<LruEvictor>(n_slots);
+    case EvictionPolicy::kLfu:
+      return std::make_unique<LfuEvictor>(n_slots);
+    case EvictionPolicy::kNextUse:
+      return std::make_unique<NextUseEvictor>(n_layer, n_expert);
   }
   fail("internal: unknown eviction policy");
 }

@@ -21,10 +21,15 @@ struct ExpertFileMap {
 };
 
 // The file map of `layout`'s experts, from its tensors' file ranges.
-ExpertFileMap expert_file_map(const ExpertLayout& layout, int n_layer, std::vector<std::string> part_paths);
+ExpertFileMap expert_file_map(const ExpertLayout& layout, int n_layer,
+                              std::vector<std::string> part_paths);
 
-inline uint64_t align_up_direct(uint64_t v) { return (v + kDirectAlign - 1) / kDirectAlign * kDirectAlign; }
-inline uint64_t align_down_direct(uint64_t v) { return v / kDirectAlign * kDirectAlign; }
+inline uint64_t align_up_direct(uint64_t v) {
+  return (v + kDirectAlign - 1) / kDirectAlign * kDirectAlign;
+}
+inline uint64_t align_down_direct(uint64_t v) {
+  return v / kDirectAlign * kDirectAlign;
+}
 // Bytes a direct read of r covers.
 inline uint64_t widened(const FileRange& r) {
   return r.length == 0 ? 0 : align_up_direct(r.offset + r.length) - align_down_direct(r.offset);

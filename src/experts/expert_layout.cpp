@@ -51,7 +51,8 @@ uint64_t ExpertLayout::routed_bytes() const {
   return b;
 }
 
-ExpertFileMap expert_file_map(const ExpertLayout& layout, int n_layer, std::vector<std::string> part_paths) {
+ExpertFileMap expert_file_map(const ExpertLayout& layout, int n_layer,
+                              std::vector<std::string> part_paths) {
   ExpertFileMap map;
   map.part_paths = std::move(part_paths);
   map.n_layer = n_layer;
@@ -64,9 +65,11 @@ ExpertFileMap expert_file_map(const ExpertLayout& layout, int n_layer, std::vect
       r = layout.file_ranges(il, e);
       for (const FileRange& fr : r)
         if (fr.length > 0 && fr.part >= map.part_paths.size())
-          fail("internal: expert L{}/E{} lies in file part {} of {}", il, e, fr.part, map.part_paths.size());
+          fail("internal: expert L{}/E{} lies in file part {} of {}", il, e, fr.part,
+               map.part_paths.size());
       if (r[kGate].length == 0 || r[kUp].length == 0 || r[kDown].length == 0)
-        fail("internal: expert L{}/E{} has no file range (tensors not loaded from the model file)", il, e);
+        fail("internal: expert L{}/E{} has no file range (tensors not loaded from the model file)",
+             il, e);
     }
   }
   return map;

@@ -9,7 +9,10 @@
 namespace sluice {
 
 HeatProfile::HeatProfile(std::string path, int n_layer, int n_expert)
-    : path_(std::move(path)), n_layer_(n_layer), n_expert_(n_expert), heat_(static_cast<size_t>(n_layer) * n_expert, 0.0) {
+    : path_(std::move(path)),
+      n_layer_(n_layer),
+      n_expert_(n_expert),
+      heat_(static_cast<size_t>(n_layer) * n_expert, 0.0) {
   if (path_.empty()) return;
   loaded_ = read(heat_);
   if (!loaded_) std::fill(heat_.begin(), heat_.end(), 0.0);
@@ -19,14 +22,17 @@ bool HeatProfile::read(std::vector<double>& into) const {
   std::ifstream in(path_);
   std::string magic;
   int nl = 0, ne = 0;
-  if (!(in >> magic >> nl >> ne) || magic != "sluice-heat-v1" || nl != n_layer_ || ne != n_expert_) return false;
+  if (!(in >> magic >> nl >> ne) || magic != "sluice-heat-v1" || nl != n_layer_ || ne != n_expert_)
+    return false;
   for (auto& h : into)
     if (!(in >> h)) return false;
   return true;
 }
 
 void HeatProfile::order_hottest_first(std::vector<int32_t>& keys) const {
-  if (loaded_) std::stable_sort(keys.begin(), keys.end(), [&](int32_t a, int32_t b) { return heat_[a] > heat_[b]; });
+  if (loaded_)
+    std::stable_sort(keys.begin(), keys.end(),
+                     [&](int32_t a, int32_t b) { return heat_[a] > heat_[b]; });
 }
 
 void HeatProfile::save() const {
@@ -38,7 +44,8 @@ void HeatProfile::save() const {
   const std::string tmp = path_ + ".tmp";
   std::ofstream out(tmp);
   out << "sluice-heat-v1 " << n_layer_ << ' ' << n_expert_ << '\n';
-  for (size_t k = 0; k < heat_.size(); ++k) out << (heat_[k] - 0.5 * old[k]) << ((k + 1) % n_expert_ ? ' ' : '\n');
+  for (size_t k = 0; k < heat_.size(); ++k)
+    out << (heat_[k] - 0.5 * old[k]) << ((k + 1) % n_expert_ ? ' ' : '\n');
   out.close();
   if (out) std::rename(tmp.c_str(), path_.c_str());
 }

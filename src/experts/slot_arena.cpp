@@ -20,7 +20,8 @@ namespace {
 // Slots per class for `budget`: every class gets its minimum, then the budget is shared in
 // proportion to each class's bytes in the file (what a cache of one slot size would hold of it),
 // then leftover bytes buy more slots, largest class first. Never more slots than experts.
-std::vector<int32_t> plan_counts(const std::vector<SizeClass>& cls, uint64_t budget, int min_slots) {
+std::vector<int32_t> plan_counts(const std::vector<SizeClass>& cls, uint64_t budget,
+                                 int min_slots) {
   std::vector<int32_t> n(cls.size(), 0);
   uint64_t need = 0, file_bytes = 0;
   for (size_t c = 0; c < cls.size(); ++c) {
@@ -30,26 +31,35 @@ std::vector<int32_t> plan_counts(const std::vector<SizeClass>& cls, uint64_t bud
   }
   if (need > budget) {
     if (cls.size() == 1)
-      fail("expert cache of {} holds {} experts of {}; a token needs {} per layer: raise --ssd-streaming-cache-experts",
-           format_bytes(budget), budget / cls[0].slot_bytes, format_bytes(cls[0].slot_bytes), min_slots);
+      fail(
+          "expert cache of {} holds {} experts of {}; a token needs {} per layer: raise "
+          "--ssd-streaming-cache-experts",
+          format_bytes(budget), budget / cls[0].slot_bytes, format_bytes(cls[0].slot_bytes),
+          min_slots);
     std::string sizes;
     for (const auto& c : cls) sizes += (sizes.empty() ? "" : ", ") + format_bytes(c.slot_bytes);
-    fail("expert cache of {} cannot hold {} experts of each size in the file ({}): that needs {}; raise "
-         "--ssd-streaming-cache-experts",
-         format_bytes(budget), min_slots, sizes, format_bytes(need));
+    fail(
+        "expert cache of {} cannot hold {} experts of each size in the file ({}): that needs {}; "
+        "raise "
+        "--ssd-streaming-cache-experts",
+        format_bytes(budget), min_slots, sizes, format_bytes(need));
   }
   uint64_t used = 0;
   for (size_t c = 0; c < cls.size(); ++c) {
-    const double share = static_cast<double>(budget) * static_cast<double>(cls[c].n_keys) / static_cast<double>(file_bytes);
-    n[c] = static_cast<int32_t>(std::clamp<int64_t>(static_cast<int64_t>(share), n[c], cls[c].n_keys));
+    const double share = static_cast<double>(budget) * static_cast<double>(cls[c].n_keys) /
+                         static_cast<double>(file_bytes);
+    n[c] =
+        static_cast<int32_t>(std::clamp<int64_t>(static_cast<int64_t>(share), n[c], cls[c].n_keys));
     used += n[c] * cls[c].slot_bytes;
   }
   // Minimums raised above a class's share can overshoot: give back slots of classes above their
   // minimum, largest slots first.
   for (size_t c = cls.size(); c-- > 0 && used > budget;)
-    while (used > budget && n[c] > std::min<int64_t>(min_slots, cls[c].n_keys)) --n[c], used -= cls[c].slot_bytes;
+    while (used > budget && n[c] > std::min<int64_t>(min_slots, cls[c].n_keys))
+      --n[c], used -= cls[c].slot_bytes;
   for (size_t c = cls.size(); c-- > 0;)
-    while (n[c] < cls[c].n_keys && used + cls[c].slot_bytes <= budget) ++n[c], used += cls[c].slot_bytes;
+    while (n[c] < cls[c].n_keys && used + cls[c].slot_bytes <= budget)
+      ++n[c], used += cls[c].slot_bytes;
   return n;
 }
 
@@ -89,23 +99,29 @@ SlotArena::SlotArena(const ExpertFileMap& map, uint64_t budget, int min_slots, b
   // to what can be, as long as that still holds the minimum; otherwise keep it whole and unlocked.
   const int err = errno;
   rlimit rl{};
-  const uint64_t lockable = getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? rl.rlim_cur : 0;
+  const uint64_t lockable =
+      getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? rl.rlim_cur : 0;
   if (lockable > 0 && lockable < buf_.size()) {
     const uint64_t before = buf_.size();
     const int n_before = n_slots();
     try {
       allocate(lockable, min_slots);
       locked_ = mlock(buf_.data(), buf_.size()) == 0;
-      SLUICE_LOG_WARN("experts: only {} of memory can be locked (ulimit -l); the cache shrinks from {} slots ({}) to {} "
-                      "({}). Raise the limit, or pass --no-mlock to keep the full cache unlocked",
-                      format_bytes(lockable), n_before, format_bytes(before), n_slots(), format_bytes(buf_.size()));
+      SLUICE_LOG_WARN(
+          "experts: only {} of memory can be locked (ulimit -l); the cache shrinks from {} slots "
+          "({}) to {} "
+          "({}). Raise the limit, or pass --no-mlock to keep the full cache unlocked",
+          format_bytes(lockable), n_before, format_bytes(before), n_slots(),
+          format_bytes(buf_.size()));
       return;
     } catch (const Error&) {
       allocate(budget, min_slots);
     }
   }
-  SLUICE_LOG_WARN("experts: could not mlock the {} cache ({}; lockable: {}); it stays unlocked and may be swapped",
-                  format_bytes(buf_.size()), std::strerror(err), lockable ? format_bytes(lockable) : "unknown");
+  SLUICE_LOG_WARN(
+      "experts: could not mlock the {} cache ({}; lockable: {}); it stays unlocked and may be "
+      "swapped",
+      format_bytes(buf_.size()), std::strerror(err), lockable ? format_bytes(lockable) : "unknown");
 }
 
 // Each class needs its own minimum of slots, so a small budget over many sizes can hold the
@@ -169,7 +185,9 @@ void SlotArena::forget(int32_t s) {
 std::string SlotArena::describe() const {
   std::string out;
   for (const auto& c : classes_)
-    if (c.count > 0) out += fmt::format("{}{} slots × {}", out.empty() ? "" : " + ", c.count, format_bytes(c.slot_bytes));
+    if (c.count > 0)
+      out += fmt::format("{}{} slots × {}", out.empty() ? "" : " + ", c.count,
+                         format_bytes(c.slot_bytes));
   return fmt::format("{} = {}", out, format_bytes(bytes()));
 }
 

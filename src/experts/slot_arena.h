@@ -24,20 +24,20 @@ struct Slot {
   int32_t key = -1;
   SlotState state = SlotState::kEmpty;
   SlotOrigin origin = SlotOrigin::kDemand;
-  int8_t prefetch_rank = -1;  // rank of a ranked prediction
+  int8_t prefetch_rank = -1;     // rank of a ranked prediction
   bool unused_prefetch = false;  // prefetched and not yet requested
-  bool reserved = false;      // certain prefetch: kept until its layer runs
-  int pending = 0;            // reads in flight
-  int pins = 0;               // the current request still needs it
-  double submitted = 0;       // clock at submission, for read latency
-  std::string error;          // first failed read
+  bool reserved = false;         // certain prefetch: kept until its layer runs
+  int pending = 0;               // reads in flight
+  int pins = 0;                  // the current request still needs it
+  double submitted = 0;          // clock at submission, for read latency
+  std::string error;             // first failed read
 };
 
 struct SizeClass {
   uint64_t slot_bytes = 0;  // the class's largest expert widened for direct I/O
-  int32_t first = 0;  // first slot
-  int32_t count = 0;  // slots
-  int64_t n_keys = 0; // experts of this size in the file
+  int32_t first = 0;        // first slot
+  int32_t count = 0;        // slots
+  int64_t n_keys = 0;       // experts of this size in the file
 };
 
 class SlotArena {

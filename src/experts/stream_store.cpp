@@ -34,8 +34,13 @@ enum class RequestState : uint8_t { kWaiting, kReady, kHanded };
 
 class StreamStore final : public ExpertStore {
  public:
-  StreamStore(const ExpertLayout& layout, const ExpertFileMap& map, const StreamOptions& o, int n_used)
-      : layout_(layout), map_(map), o_(o), n_used_(n_used), reader_(make_ssd_reader(256)),
+  StreamStore(const ExpertLayout& layout, const ExpertFileMap& map, const StreamOptions& o,
+              int n_used)
+      : layout_(layout),
+        map_(map),
+        o_(o),
+        n_used_(n_used),
+        reader_(make_ssd_reader(256)),
         arena_(map_, o.cache_bytes, n_used, o.lock_memory),
         evictor_(make_evictor(o.policy, map.n_layer, map.n_expert, arena_.n_slots())),
         heat_(o.heat_path, map.n_layer, map.n_expert) {
@@ -121,9 +126,10 @@ class StreamStore final : public ExpertStore {
   }
 
   void prefetch(int il, std::span<const int32_t> ids, PrefetchHint hint) override {
-    prefetch_keys(il, ids, hint == PrefetchHint::kRanked ? SlotOrigin::kRanked
-                           : hint == PrefetchHint::kSet  ? SlotOrigin::kSet
-                                                         : SlotOrigin::kCertain);
+    prefetch_keys(il, ids,
+                  hint == PrefetchHint::kRanked ? SlotOrigin::kRanked
+                  : hint == PrefetchHint::kSet  ? SlotOrigin::kSet
+                                                : SlotOrigin::kCertain);
   }
 
   ExpertStoreStats stats() const override { return stats_; }
@@ -174,7 +180,8 @@ class StreamStore final : public ExpertStore {
   // Reservations leave n_used slots of each class to the demand reads.
   bool can_reserve(int cls) const {
     const SizeClass& c = arena_.classes()[cls];
-    const auto n = std::count_if(reserved_.begin(), reserved_.end(), [&](int32_t s) { return s >= c.first && s < c.first + c.count; });
+    const auto n = std::count_if(reserved_.begin(), reserved_.end(),
+                                 [&](int32_t s) { return s >= c.first && s < c.first + c.count; });
     return n + n_used_ < c.count;
   }
 
@@ -222,8 +229,8 @@ class StreamStore final : public ExpertStore {
       const FileRange& fr = map_.ranges[key][r];
       if (fr.length == 0) continue;
       const uint64_t len = widened(fr);
-      reqs[n_reqs++] = {fds_[fr.part], align_down_direct(fr.offset), static_cast<uint32_t>(len), arena_.data(s) + at,
-                        static_cast<uint64_t>(s) * kTagStride + r};
+      reqs[n_reqs++] = {fds_[fr.part], align_down_direct(fr.offset), static_cast<uint32_t>(len),
+                        arena_.data(s) + at, static_cast<uint64_t>(s) * kTagStride + r};
       at += len;
     }
     sl.pending = n_reqs;
@@ -252,15 +259,18 @@ class StreamStore final : public ExpertStore {
       // The widened read may stop early only at end of file, never inside the slice itself.
       const uint64_t needed = fr.offset + fr.length - align_down_direct(fr.offset);
       if ((c.result < 0 || static_cast<uint64_t>(c.result) < needed) && sl.error.empty()) {
-        sl.error = c.result < 0 ? fmt::format("read error: {}", std::strerror(static_cast<int>(-c.result)))
-                                : fmt::format("short read: {} of {} bytes (file truncated or replaced?)", c.result, needed);
-        sl.error = fmt::format("{} at offset {} of '{}'", sl.error, fr.offset, map_.part_paths[fr.part]);
+        sl.error = c.result < 0
+                       ? fmt::format("read error: {}", std::strerror(static_cast<int>(-c.result)))
+                       : fmt::format("short read: {} of {} bytes (file truncated or replaced?)",
+                                     c.result, needed);
+        sl.error =
+            fmt::format("{} at offset {} of '{}'", sl.error, fr.offset, map_.part_paths[fr.part]);
       }
       stats_.bytes_read += c.result > 0 ? static_cast<uint64_t>(c.result) : 0;
       // Without O_DIRECT the bytes also landed in the page cache: drop them there.
       if (sl.error.empty() && !direct_[fr.part])
-        posix_fadvise(fds_[fr.part], static_cast<off_t>(align_down_direct(fr.offset)), static_cast<off_t>(widened(fr)),
-                      POSIX_FADV_DONTNEED);
+        posix_fadvise(fds_[fr.part], static_cast<off_t>(align_down_direct(fr.offset)),
+                      static_cast<off_t>(widened(fr)), POSIX_FADV_DONTNEED);
       if (--sl.pending > 0) continue;
       const int layer = sl.key / map_.n_expert, e = sl.key % map_.n_expert;
       if (!sl.error.empty()) {
@@ -273,8 +283,9 @@ class StreamStore final : public ExpertStore {
       const double ms = (clock_.seconds() - sl.submitted) * 1e3;
       stats_.read_seconds += ms / 1e3;
       if (o_.debug && !preloading_)
-        SLUICE_LOG_INFO("[experts] {} L{}/E{} {:.2f} MB {:.1f} ms", sl.origin == SlotOrigin::kDemand ? "miss" : "prefetch",
-                        layer, e, static_cast<double>(expert_slot_bytes(map_, sl.key)) / 1e6, ms);
+        SLUICE_LOG_INFO("[experts] {} L{}/E{} {:.2f} MB {:.1f} ms",
+                        sl.origin == SlotOrigin::kDemand ? "miss" : "prefetch", layer, e,
+                        static_cast<double>(expert_slot_bytes(map_, sl.key)) / 1e6, ms);
       if (layer == il_ && !ids_.empty())
         for (size_t i = 0; i < ids_.size(); ++i)
           if (ids_[i] == e && state_[i] == RequestState::kWaiting) {
@@ -346,8 +357,9 @@ class StreamStore final : public ExpertStore {
     while (reader_->in_flight() > 0) poll(true);
     preloading_ = false;
     if (n > 0)
-      SLUICE_LOG_INFO("experts: preloaded {} experts ({}) in {:.2f} s from {}", n, format_bytes(stats_.bytes_read),
-                      t.seconds(), heat_.loaded() ? "the heat profile" : "file order");
+      SLUICE_LOG_INFO("experts: preloaded {} experts ({}) in {:.2f} s from {}", n,
+                      format_bytes(stats_.bytes_read), t.seconds(),
+                      heat_.loaded() ? "the heat profile" : "file order");
     stats_.bytes_read = 0;
     stats_.read_seconds = 0;
   }

@@ -18,11 +18,11 @@ namespace sluice {
 struct StreamOptions {
   uint64_t cache_bytes = 0;
   EvictionPolicy policy = EvictionPolicy::kNextUse;
-  bool cold = false;              // skip the warm-start preload
-  int64_t preload_limit = -1;     // most experts to preload (−1: fill the cache)
-  std::string heat_path;          // heat profile file ("" disables persistence)
-  bool lock_memory = true;        // mlock the slot arena
-  bool debug = false;             // one log line per hit and miss
+  bool cold = false;           // skip the warm-start preload
+  int64_t preload_limit = -1;  // most experts to preload (−1: fill the cache)
+  std::string heat_path;       // heat profile file ("" disables persistence)
+  bool lock_memory = true;     // mlock the slot arena
+  bool debug = false;          // one log line per hit and miss
 };
 
 // Throws when the budget holds fewer slots of some expert size than one token's experts of a layer.

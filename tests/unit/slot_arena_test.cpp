@@ -1,10 +1,11 @@
 // The slot arena of the streaming expert cache: one size class per expert size, slots sized to
 // their class (not to the largest expert), the budget shared in proportion to each class's bytes
 // in the file, at least one token's experts per class, never more bytes than the budget.
+#include "experts/slot_arena.h"
+
 #include <gtest/gtest.h>
 
 #include "core/error.h"
-#include "experts/slot_arena.h"
 
 using namespace sluice;
 
@@ -22,7 +23,8 @@ ExpertFileMap synthetic_map(int n_layer, int n_expert, std::vector<uint64_t> sli
   for (int il = 0; il < n_layer; ++il)
     for (int e = 0; e < n_expert; ++e) {
       const uint64_t b = slice_bytes[il % slice_bytes.size()];
-      for (int r = 0; r < 3; ++r, at += b) m.ranges[static_cast<size_t>(il) * n_expert + e][r] = {0, at, b};
+      for (int r = 0; r < 3; ++r, at += b)
+        m.ranges[static_cast<size_t>(il) * n_expert + e][r] = {0, at, b};
     }
   return m;
 }

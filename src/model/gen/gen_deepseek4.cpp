@@ -16,25 +16,34 @@ namespace sluice::gen {
 
 namespace {
 
-int ratio_of(int il) { return il < 2 ? 0 : il % 2 == 0 ? 4 : 128; }
+int ratio_of(int il) {
+  return il < 2 ? 0 : il % 2 == 0 ? 4 : 128;
+}
 
 void check(const GenSpec& s) {
   if (s.n_expert == 0) fail("deepseek4 needs experts (--experts)");
-  if (s.n_head_kv != 1) fail("deepseek4 has one shared K=V head; --kv-heads {} does not apply", s.n_head_kv);
-  if (s.q_lora_rank <= 0) fail("deepseek4 needs a q LoRA rank (--q-lora > 0), got {}", s.q_lora_rank);
+  if (s.n_head_kv != 1)
+    fail("deepseek4 has one shared K=V head; --kv-heads {} does not apply", s.n_head_kv);
+  if (s.q_lora_rank <= 0)
+    fail("deepseek4 needs a q LoRA rank (--q-lora > 0), got {}", s.q_lora_rank);
   if (s.rope_dim <= 0 || s.rope_dim % 2 || s.rope_dim >= s.head_dim)
     fail("--rope-dim {} must be even, positive and below --head-dim {}", s.rope_dim, s.head_dim);
   if (s.n_out_groups <= 0 || s.n_head % s.n_out_groups)
     fail("--out-groups {} must divide the {} heads", s.n_out_groups, s.n_head);
   if (s.out_lora_rank <= 0) fail("--out-lora {} must be positive", s.out_lora_rank);
-  if (s.n_hc != 4) fail("deepseek4 files have 4 hyper-connection streams (llama.cpp asserts it), got {}", s.n_hc);
+  if (s.n_hc != 4)
+    fail("deepseek4 files have 4 hyper-connection streams (llama.cpp asserts it), got {}", s.n_hc);
   if (s.sliding_window <= 0) fail("--window {} must be positive", s.sliding_window);
-  if (s.indexer_heads <= 0 || s.indexer_top_k <= 0) fail("the indexer needs heads and a top-k (--indexer-heads)");
+  if (s.indexer_heads <= 0 || s.indexer_top_k <= 0)
+    fail("the indexer needs heads and a top-k (--indexer-heads)");
   if (s.indexer_dim <= s.rope_dim || s.indexer_dim % 64)
-    fail("--indexer-dim {} must be a multiple of 64 above --rope-dim {}", s.indexer_dim, s.rope_dim);
+    fail("--indexer-dim {} must be a multiple of 64 above --rope-dim {}", s.indexer_dim,
+         s.rope_dim);
   if (s.n_hash_layers < 0) fail("--hash-layers {} is negative", s.n_hash_layers);
-  if (s.n_leading_dense != 0) fail("deepseek4 has no dense layers; --leading-dense {} does not apply", s.n_leading_dense);
-  if (s.legacy_experts) fail("--legacy-experts is Mixtral's llama layout; deepseek4 files always merge experts");
+  if (s.n_leading_dense != 0)
+    fail("deepseek4 has no dense layers; --leading-dense {} does not apply", s.n_leading_dense);
+  if (s.legacy_experts)
+    fail("--legacy-experts is Mixtral's llama layout; deepseek4 files always merge experts");
   if (s.tied_output) fail("deepseek4 has an untied output head");
 }
 
@@ -51,7 +60,8 @@ void compressor(ModelBuilder& b, int il, const std::string& prefix, int r, int64
 
 void attention(ModelBuilder& b, int il) {
   const GenSpec& s = b.spec();
-  const int64_t d = s.n_embd, H = s.n_head, D = s.head_dim, Q = s.q_lora_rank, G = s.n_out_groups, O = s.out_lora_rank;
+  const int64_t d = s.n_embd, H = s.n_head, D = s.head_dim, Q = s.q_lora_rank, G = s.n_out_groups,
+                O = s.out_lora_rank;
   auto blk = [&](const char* what) { return ModelBuilder::blk(il, what); };
   const int r = ratio_of(il);
   b.norm(blk("attn_norm.weight"), d);
@@ -67,7 +77,8 @@ void attention(ModelBuilder& b, int il) {
   b.weight(blk("attn_output_b.weight"), s.type_attn, {G * O, d});
   if (r != 0) compressor(b, il, "attn_compressor_", r, D);
   if (r == 4) {
-    b.weight(blk("indexer.attn_q_b.weight"), s.type_attn, {Q, int64_t{s.indexer_heads} * s.indexer_dim});
+    b.weight(blk("indexer.attn_q_b.weight"), s.type_attn,
+             {Q, int64_t{s.indexer_heads} * s.indexer_dim});
     b.weight(blk("indexer.proj.weight"), s.type_aux, {d, s.indexer_heads});
     compressor(b, il, "indexer_compressor_", 4, s.indexer_dim);
   }
@@ -115,8 +126,10 @@ void gen_deepseek4(ModelBuilder& b) {
   b.arch_bool("expert_weights_norm", s.expert_weights_norm);
   b.arch_f32("expert_weights_scale", s.expert_weights_scale);
   if (s.swiglu_clamp > 0.0f) {
-    b.arch_value("swiglu_clamp_exp", gguf::Value::f32_array(std::vector<float>(s.n_layer, s.swiglu_clamp)));
-    b.arch_value("swiglu_clamp_shexp", gguf::Value::f32_array(std::vector<float>(s.n_layer, s.swiglu_clamp)));
+    b.arch_value("swiglu_clamp_exp",
+                 gguf::Value::f32_array(std::vector<float>(s.n_layer, s.swiglu_clamp)));
+    b.arch_value("swiglu_clamp_shexp",
+                 gguf::Value::f32_array(std::vector<float>(s.n_layer, s.swiglu_clamp)));
   }
   b.arch_u32("hash_layer_count", n_hash);
 
@@ -129,8 +142,10 @@ void gen_deepseek4(ModelBuilder& b) {
     attention(b, il);
     b.norm(ModelBuilder::blk(il, "ffn_norm.weight"), s.n_embd);
     b.router(il, /*with_bias=*/false);
-    if (il < n_hash) b.hash_routing(il);
-    else b.selection_bias(il);
+    if (il < n_hash)
+      b.hash_routing(il);
+    else
+      b.selection_bias(il);
     b.experts(il, /*with_biases=*/false);
     b.shared_expert(il);
   }
