@@ -21,7 +21,7 @@ namespace sluice {
 
 struct EngineOptions {
   std::string model_path;
-  int n_threads = 0;          // 0: all cores
+  int n_threads = 0;          // 0: one per physical core available to the process
   int n_ctx = 4096;           // per-session context (capped at the model's training context)
   std::string experts = "auto";  // auto | ram | mmap | stream
   uint64_t cache_bytes = 0;      // expert cache for stream mode; 0: sized from the memory budget
