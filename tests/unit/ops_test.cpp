@@ -76,7 +76,6 @@ void expect_dense(const AttnCase& c, const KvCache& kv, const std::vector<float>
     }
 }
 
-
 class AttentionTest : public ::testing::TestWithParam<AttnCase> {};
 
 TEST_P(AttentionTest, MatchesDenseReference) {
