@@ -35,7 +35,7 @@ __m256i load256(const void* p) {
 }
 
 // Four 8-bit sign bytes (bit j of byte g: value 8g + j negative) as a 32-byte 0xFF/0 mask.
-__m256i sign_mask_from_bits(uint32_t bits) {
+[[gnu::always_inline]] inline __m256i sign_mask_from_bits(uint32_t bits) {
   const __m256i spread = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
                                            0x0101010101010101, 0x0000000000000000);
   const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
@@ -43,7 +43,7 @@ __m256i sign_mask_from_bits(uint32_t bits) {
   return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
 }
 
-__m256i scales2(int s0, int s1) {
+[[gnu::always_inline]] inline __m256i scales2(int s0, int s1) {
   return _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(s1)),
                           _mm_set1_epi16(static_cast<int16_t>(s0)));
 }
@@ -139,7 +139,7 @@ float half_d(uint16_t d) {
 
 // Per-type sub-block unpackers (layouts: dequant_iq.cpp).
 
-SignedGrid unpack_iq2_xxs(const BlockIQ2XXS& blk, int ib) {
+[[gnu::always_inline]] inline SignedGrid unpack_iq2_xxs(const BlockIQ2XXS& blk, int ib) {
   uint32_t idx, meta;
   std::memcpy(&idx, blk.qs + 4 * ib, 4);
   std::memcpy(&meta, blk.qs + 4 * ib + 2, 4);
@@ -153,7 +153,7 @@ SignedGrid unpack_iq2_xxs(const BlockIQ2XXS& blk, int ib) {
   return {grid, neg, _mm256_set1_epi16(static_cast<int16_t>(s))};
 }
 
-SignedGrid unpack_iq2_xs(const BlockIQ2XS& blk, int ib) {
+[[gnu::always_inline]] inline SignedGrid unpack_iq2_xs(const BlockIQ2XS& blk, int ib) {
   const uint16_t* q = blk.qs + 4 * ib;
   const __m256i grid = _mm256_set_epi64x(
       static_cast<int64_t>(iq::kIq2xsGrid[q[3] & 511]), static_cast<int64_t>(iq::kIq2xsGrid[q[2] & 511]),
@@ -164,7 +164,7 @@ SignedGrid unpack_iq2_xs(const BlockIQ2XS& blk, int ib) {
   return {grid, neg, scales2(2 * (blk.scales[ib] & 0xF) + 1, 2 * (blk.scales[ib] >> 4) + 1)};
 }
 
-SignedGrid unpack_iq2_s(const BlockIQ2S& blk, int ib) {
+[[gnu::always_inline]] inline SignedGrid unpack_iq2_s(const BlockIQ2S& blk, int ib) {
   const uint8_t* qs = blk.qs + 4 * ib;
   const int qh = blk.qh[ib];
   const __m256i grid = _mm256_set_epi64x(
@@ -178,7 +178,7 @@ SignedGrid unpack_iq2_s(const BlockIQ2S& blk, int ib) {
           scales2(2 * (blk.scales[ib] & 0xF) + 1, 2 * (blk.scales[ib] >> 4) + 1)};
 }
 
-SignedGrid unpack_iq3_xxs(const BlockIQ3XXS& blk, int ib) {
+[[gnu::always_inline]] inline SignedGrid unpack_iq3_xxs(const BlockIQ3XXS& blk, int ib) {
   const uint8_t* qs = blk.qs + 8 * ib;
   uint32_t meta;
   std::memcpy(&meta, blk.qs + 64 + 4 * ib, 4);
@@ -194,7 +194,7 @@ SignedGrid unpack_iq3_xxs(const BlockIQ3XXS& blk, int ib) {
   return {grid, neg, _mm256_set1_epi16(static_cast<int16_t>(s))};
 }
 
-SignedGrid unpack_iq3_s(const BlockIQ3S& blk, int ib) {
+[[gnu::always_inline]] inline SignedGrid unpack_iq3_s(const BlockIQ3S& blk, int ib) {
   const uint8_t* qs = blk.qs + 8 * ib;
   const int qh = blk.qh[ib];
   int idx[8];
@@ -211,12 +211,12 @@ SignedGrid unpack_iq3_s(const BlockIQ3S& blk, int ib) {
 }
 
 // ±1 in every byte of 8-value group g when bit g of `negative` is clear / set.
-__m256i delta_signs(unsigned negative) {
+[[gnu::always_inline]] inline __m256i delta_signs(unsigned negative) {
   auto lane = [&](int g) { return (negative >> g) & 1 ? int64_t{-1} : int64_t{0x0101010101010101}; };
   return _mm256_set_epi64x(lane(3), lane(2), lane(1), lane(0));
 }
 
-Iq1Grid unpack_iq1_s(const BlockIQ1S& blk, int ib) {
+[[gnu::always_inline]] inline Iq1Grid unpack_iq1_s(const BlockIQ1S& blk, int ib) {
   const uint16_t qh = blk.qh[ib];
   const uint8_t* qs = blk.qs + 4 * ib;
   const __m256i grid = _mm256_set_epi64x(
@@ -235,7 +235,7 @@ float iq1_m_d(const BlockIQ1M& blk) {
                                       ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000)));
 }
 
-Iq1Grid unpack_iq1_m(const BlockIQ1M& blk, int ib) {
+[[gnu::always_inline]] inline Iq1Grid unpack_iq1_m(const BlockIQ1M& blk, int ib) {
   uint16_t sc[4];
   std::memcpy(sc, blk.scales, sizeof sc);
   const uint8_t* qs = blk.qs + 4 * ib;
@@ -272,43 +272,57 @@ void multi(int64_t n, const void* w, const void* x, uint64_t stride, int n_x, fl
 template <int NX>
 struct Iq2Xxs {
   static void run(int64_t n, const void* w, const void* x, uint64_t s, float* out) {
-    dot_signed_grid<NX, BlockIQ2XXS>(n, w, x, s, 0.125f, out, unpack_iq2_xxs, block_half_d<BlockIQ2XXS>);
+    dot_signed_grid<NX, BlockIQ2XXS>(n, w, x, s, 0.125f, out,
+        [](const auto& b, int ib) { return unpack_iq2_xxs(b, ib); },
+        [](const auto& b) { return block_half_d<BlockIQ2XXS>(b); });
   }
 };
 template <int NX>
 struct Iq2Xs {
   static void run(int64_t n, const void* w, const void* x, uint64_t s, float* out) {
-    dot_signed_grid<NX, BlockIQ2XS>(n, w, x, s, 0.125f, out, unpack_iq2_xs, block_half_d<BlockIQ2XS>);
+    dot_signed_grid<NX, BlockIQ2XS>(n, w, x, s, 0.125f, out,
+        [](const auto& b, int ib) { return unpack_iq2_xs(b, ib); },
+        [](const auto& b) { return block_half_d<BlockIQ2XS>(b); });
   }
 };
 template <int NX>
 struct Iq2S {
   static void run(int64_t n, const void* w, const void* x, uint64_t s, float* out) {
-    dot_signed_grid<NX, BlockIQ2S>(n, w, x, s, 0.125f, out, unpack_iq2_s, block_half_d<BlockIQ2S>);
+    dot_signed_grid<NX, BlockIQ2S>(n, w, x, s, 0.125f, out,
+        [](const auto& b, int ib) { return unpack_iq2_s(b, ib); },
+        [](const auto& b) { return block_half_d<BlockIQ2S>(b); });
   }
 };
 template <int NX>
 struct Iq3Xxs {
   static void run(int64_t n, const void* w, const void* x, uint64_t s, float* out) {
-    dot_signed_grid<NX, BlockIQ3XXS>(n, w, x, s, 0.25f, out, unpack_iq3_xxs, block_half_d<BlockIQ3XXS>);
+    dot_signed_grid<NX, BlockIQ3XXS>(n, w, x, s, 0.25f, out,
+        [](const auto& b, int ib) { return unpack_iq3_xxs(b, ib); },
+        [](const auto& b) { return block_half_d<BlockIQ3XXS>(b); });
   }
 };
 template <int NX>
 struct Iq3S {
   static void run(int64_t n, const void* w, const void* x, uint64_t s, float* out) {
-    dot_signed_grid<NX, BlockIQ3S>(n, w, x, s, 1.0f, out, unpack_iq3_s, block_half_d<BlockIQ3S>);
+    dot_signed_grid<NX, BlockIQ3S>(n, w, x, s, 1.0f, out,
+        [](const auto& b, int ib) { return unpack_iq3_s(b, ib); },
+        [](const auto& b) { return block_half_d<BlockIQ3S>(b); });
   }
 };
 template <int NX>
 struct Iq1S {
   static void run(int64_t n, const void* w, const void* x, uint64_t s, float* out) {
-    dot_iq1<NX, BlockIQ1S>(n, w, x, s, out, unpack_iq1_s, block_half_d<BlockIQ1S>);
+    dot_iq1<NX, BlockIQ1S>(n, w, x, s, out,
+        [](const auto& b, int ib) { return unpack_iq1_s(b, ib); },
+        [](const auto& b) { return block_half_d<BlockIQ1S>(b); });
   }
 };
 template <int NX>
 struct Iq1M {
   static void run(int64_t n, const void* w, const void* x, uint64_t s, float* out) {
-    dot_iq1<NX, BlockIQ1M>(n, w, x, s, out, unpack_iq1_m, iq1_m_d);
+    dot_iq1<NX, BlockIQ1M>(n, w, x, s, out,
+        [](const auto& b, int ib) { return unpack_iq1_m(b, ib); },
+        [](const auto& b) { return iq1_m_d(b); });
   }
 };
 
