@@ -97,7 +97,6 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
   }
   if (solo_left_ > 0) {
     --solo_left_;
-    solo_runs_.fetch_add(1, std::memory_order_relaxed);
     fn(0, n_threads_);
     return;
   }

@@ -42,9 +42,6 @@ class ThreadPool {
   // threads taking part; chunks are small enough that a slow thread holds back little.
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
 
-  // Loops run on the caller alone since the pool was made because workers stalled them.
-  uint64_t solo_runs() const { return solo_runs_.load(std::memory_order_relaxed); }
-
  private:
   void worker_loop(int index);
 
@@ -59,10 +56,9 @@ class ThreadPool {
   std::atomic<bool> stop_{false};
   std::mutex error_mutex_;
   std::exception_ptr error_;  // first worker exception of the current job
-  // Stall backoff (caller thread only, except the counter that tests read).
+  // Stall backoff, touched by the calling thread only.
   int solo_left_ = 0;
   int solo_stretch_ = 0;
-  std::atomic<uint64_t> solo_runs_{0};
 };
 
 // Threads a compute pool should use by default: one per physical core that this process may run
