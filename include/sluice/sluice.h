@@ -23,7 +23,7 @@ namespace sluice {
 
 struct EngineOptions {
   std::string model_path;
-  int n_threads = 0;          // 0: all cores
+  int n_threads = 0;          // 0: one per physical core available to the process
   int n_ctx = 4096;           // per-session context (capped at the model's training context)
   int kv_slots = 1;           // sequences the memory plan reserves a full KV cache for (serve: --parallel)
   ExpertMode experts = ExpertMode::kAuto;

@@ -1,13 +1,22 @@
-// Persistent thread pool for the forward pass. A decode step dispatches hundreds of small parallel
-// loops (one per matmul), so workers spin briefly on a generation counter before sleeping: a
-// condition-variable wake per loop would cost more than the loop on small models.
+// Persistent thread pool for the forward pass, built to degrade gracefully when other processes
+// take cores. A decode step dispatches hundreds of small parallel loops (one per matmul), so:
+//  - workers spin briefly on a generation counter, then sleep on it (futex through
+//    std::atomic::wait): a wake per loop would cost more than the loop on small models, but a
+//    worker spinning forever would steal time from whoever shares its core;
+//  - work is claimed dynamically and a worker only takes part in a loop if it arrives while the
+//    loop is open: the caller never waits for a worker that the OS has descheduled, only for one
+//    that holds a piece of work;
+//  - when such waits keep happening (a worker preempted while holding work), the pool runs the
+//    next loops on the caller alone for a while, doubling that stretch on each repeat, so a
+//    contended pool is about as fast as one thread instead of many times slower.
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -23,10 +32,14 @@ class ThreadPool {
 
   int size() const { return n_threads_; }
 
-  // Calls fn(thread_index, n_threads) once on every thread (caller included) and waits for all.
+  // Calls fn(thread_index, n_threads) on the calling thread and on every worker that becomes free
+  // while the caller's call runs, then waits for those workers. A worker may not join at all, so
+  // fn must claim its work dynamically (from a shared counter) rather than by thread_index; the
+  // index only tells threads apart (per-thread scratch).
   void run(const std::function<void(int, int)>& fn);
 
-  // Splits [0, n) into contiguous chunks, at most one per thread, and calls fn(begin, end).
+  // Calls fn(begin, end) on chunks that cover [0, n) exactly once, claimed dynamically by the
+  // threads taking part; chunks are small enough that a slow thread holds back little.
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
 
  private:
@@ -35,11 +48,28 @@ class ThreadPool {
   int n_threads_;
   std::vector<std::thread> workers_;
   const std::function<void(int, int)>* job_ = nullptr;
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
+  // Odd while a job is open to joiners; every open and close adds one. 32-bit so that waiting on
+  // it is a plain futex.
+  std::atomic<uint32_t> generation_{0};
+  std::atomic<int> active_{0};    // workers inside the open (or just closed) job
+  std::atomic<int> sleepers_{0};  // workers waiting on generation_
   std::atomic<bool> stop_{false};
-  std::mutex mutex_;
-  std::condition_variable wake_;
+  std::mutex error_mutex_;
+  std::exception_ptr error_;  // first worker exception of the current job
+  // Stall backoff, touched by the calling thread only.
+  int solo_left_ = 0;
+  int solo_stretch_ = 0;
 };
+
+// Threads a compute pool should use by default: one per physical core that this process may run
+// on (its affinity mask), capped by its cgroup CPU quota; hyperthread siblings share one core's
+// vector units, so a second thread per core only adds contention.
+int default_thread_count();
+
+// The parts of default_thread_count that read the system, exposed for tests: sysfs_cpu is the
+// directory holding cpuN/topology (normally /sys/devices/system/cpu), allowed lists the CPUs in the
+// affinity mask, cgroup_cpu_max is the content of cpu.max ("" when absent).
+int physical_cores(const std::string& sysfs_cpu, const std::vector<int>& allowed);
+int cgroup_cpu_limit(const std::string& cgroup_cpu_max);
 
 }  // namespace sluice

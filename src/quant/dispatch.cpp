@@ -113,6 +113,20 @@ DotKernels scalar_kernels(GgmlType weight) {
       return with(q8_K, scalar::vec_dot_q6_K);
     case GgmlType::IQ4_XS:
       return with(q8_K, scalar::vec_dot_iq4_xs);
+    case GgmlType::IQ2_XXS:
+      return with(q8_K, scalar::vec_dot_iq2_xxs);
+    case GgmlType::IQ2_XS:
+      return with(q8_K, scalar::vec_dot_iq2_xs);
+    case GgmlType::IQ2_S:
+      return with(q8_K, scalar::vec_dot_iq2_s);
+    case GgmlType::IQ3_XXS:
+      return with(q8_K, scalar::vec_dot_iq3_xxs);
+    case GgmlType::IQ3_S:
+      return with(q8_K, scalar::vec_dot_iq3_s);
+    case GgmlType::IQ1_S:
+      return with(q8_K, scalar::vec_dot_iq1_s);
+    case GgmlType::IQ1_M:
+      return with(q8_K, scalar::vec_dot_iq1_m);
     case GgmlType::I8:
     case GgmlType::I16:
     case GgmlType::I32:
@@ -176,6 +190,34 @@ DotKernels avx2_kernels(GgmlType weight) {
       break;
     case GgmlType::IQ4_XS:
       k.vec_dot = avx2::vec_dot_iq4_xs;
+      break;
+    case GgmlType::IQ2_XXS:
+      k.vec_dot = avx2::vec_dot_iq2_xxs;
+      k.vec_dot_multi = avx2::vec_dot_iq2_xxs_multi;
+      break;
+    case GgmlType::IQ2_XS:
+      k.vec_dot = avx2::vec_dot_iq2_xs;
+      k.vec_dot_multi = avx2::vec_dot_iq2_xs_multi;
+      break;
+    case GgmlType::IQ2_S:
+      k.vec_dot = avx2::vec_dot_iq2_s;
+      k.vec_dot_multi = avx2::vec_dot_iq2_s_multi;
+      break;
+    case GgmlType::IQ3_XXS:
+      k.vec_dot = avx2::vec_dot_iq3_xxs;
+      k.vec_dot_multi = avx2::vec_dot_iq3_xxs_multi;
+      break;
+    case GgmlType::IQ3_S:
+      k.vec_dot = avx2::vec_dot_iq3_s;
+      k.vec_dot_multi = avx2::vec_dot_iq3_s_multi;
+      break;
+    case GgmlType::IQ1_S:
+      k.vec_dot = avx2::vec_dot_iq1_s;
+      k.vec_dot_multi = avx2::vec_dot_iq1_s_multi;
+      break;
+    case GgmlType::IQ1_M:
+      k.vec_dot = avx2::vec_dot_iq1_m;
+      k.vec_dot_multi = avx2::vec_dot_iq1_m_multi;
       break;
     default:
       break;

@@ -56,6 +56,14 @@ float vec_dot_q4_K(int64_t n, const void* w, const void* x);
 float vec_dot_q5_K(int64_t n, const void* w, const void* x);
 float vec_dot_q6_K(int64_t n, const void* w, const void* x);
 float vec_dot_iq4_xs(int64_t n, const void* w, const void* x);
+
+float vec_dot_iq2_xxs(int64_t n, const void* w, const void* x);
+float vec_dot_iq2_xs(int64_t n, const void* w, const void* x);
+float vec_dot_iq2_s(int64_t n, const void* w, const void* x);
+float vec_dot_iq3_xxs(int64_t n, const void* w, const void* x);
+float vec_dot_iq3_s(int64_t n, const void* w, const void* x);
+float vec_dot_iq1_s(int64_t n, const void* w, const void* x);
+float vec_dot_iq1_m(int64_t n, const void* w, const void* x);
 }  // namespace scalar
 
 // Compiled with -mavx2 -mfma -mf16c; only reachable after dispatch has checked the CPU.
@@ -93,6 +101,29 @@ void vec_dot_q5_K_multi(int64_t n, const void* w, const void* x, uint64_t x_stri
                         float* out);
 void vec_dot_q6_K_multi(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x,
                         float* out);
+
+// Lattice i-quants (dot_iq_avx2.cpp).
+float vec_dot_iq2_xxs(int64_t n, const void* w, const void* x);
+float vec_dot_iq2_xs(int64_t n, const void* w, const void* x);
+float vec_dot_iq2_s(int64_t n, const void* w, const void* x);
+float vec_dot_iq3_xxs(int64_t n, const void* w, const void* x);
+float vec_dot_iq3_s(int64_t n, const void* w, const void* x);
+float vec_dot_iq1_s(int64_t n, const void* w, const void* x);
+float vec_dot_iq1_m(int64_t n, const void* w, const void* x);
+void vec_dot_iq2_xxs_multi(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x,
+                           float* out);
+void vec_dot_iq2_xs_multi(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x,
+                          float* out);
+void vec_dot_iq2_s_multi(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x,
+                         float* out);
+void vec_dot_iq3_xxs_multi(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x,
+                           float* out);
+void vec_dot_iq3_s_multi(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x,
+                         float* out);
+void vec_dot_iq1_s_multi(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x,
+                         float* out);
+void vec_dot_iq1_m_multi(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x,
+                         float* out);
 }  // namespace avx2
 
 struct GemmFormat;

@@ -18,11 +18,6 @@ namespace sluice {
 
 namespace {
 constexpr int kPrefillChunk = 512;
-
-int default_threads() {
-  unsigned n = std::thread::hardware_concurrency();
-  return n == 0 ? 1 : static_cast<int>(n);
-}
 }  // namespace
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -44,7 +39,7 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& o) {
   impl->file = gguf::File::open(o.model_path);
   impl->model = load_model(*impl->file);
   impl->tokenizer = Tokenizer::from_gguf(*impl->file);
-  impl->pool = std::make_unique<ThreadPool>(o.n_threads > 0 ? o.n_threads : default_threads());
+  impl->pool = std::make_unique<ThreadPool>(o.n_threads > 0 ? o.n_threads : default_thread_count());
   if (o.kv_slots < 1) fail("kv_slots {}: expected at least 1 sequence", o.kv_slots);
   const HParams& hp = impl->model->hparams();
   if (impl->tokenizer->n_vocab() > hp.n_vocab)

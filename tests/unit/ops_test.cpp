@@ -31,44 +31,37 @@ struct AttnCase {
   bool sinks;
 };
 
-class AttentionTest : public ::testing::TestWithParam<AttnCase> {};
-
-TEST_P(AttentionTest, MatchesDenseReference) {
-  const AttnCase c = GetParam();
-  const int n_pos = 37;
-  KvCache kv({c.n_head_kv * c.hd}, {c.n_head_kv * c.hd}, 64);
-  // Two sequences with different contents; queries from both in one batch.
-  auto keys = randn(2 * n_pos * c.n_head_kv * c.hd, 1);
-  auto vals = randn(2 * n_pos * c.n_head_kv * c.hd, 2);
-  for (int s = 0; s < 2; ++s) {
+// Fills layer 0 of n_seq sequences with n_pos random keys and values each.
+void fill_kv(KvCache& kv, int n_seq, int n_pos, int width) {
+  auto keys = randn(static_cast<size_t>(n_seq) * n_pos * width, 1);
+  auto vals = randn(static_cast<size_t>(n_seq) * n_pos * width, 2);
+  for (int s = 0; s < n_seq; ++s) {
     kv.reserve(s, n_pos);
     for (int p = 0; p < n_pos; ++p)
-      for (int i = 0; i < c.n_head_kv * c.hd; ++i) {
-        kv.k(s, 0, p)[i] = keys[(s * n_pos + p) * c.n_head_kv * c.hd + i];
-        kv.v(s, 0, p)[i] = vals[(s * n_pos + p) * c.n_head_kv * c.hd + i];
+      for (int i = 0; i < width; ++i) {
+        kv.k(s, 0, p)[i] = keys[(static_cast<size_t>(s) * n_pos + p) * width + i];
+        kv.v(s, 0, p)[i] = vals[(static_cast<size_t>(s) * n_pos + p) * width + i];
       }
   }
-  const std::vector<int32_t> seq = {0, 1, 0, 1};
-  const std::vector<int32_t> pos = {0, 5, 36, 20};
-  auto q = randn(seq.size() * c.n_head * c.hd, 3);
-  auto sinks = randn(c.n_head, 4);
-  AttentionParams ap{c.n_head, c.n_head_kv, c.hd, c.hd, 0.37f, c.window, c.sinks ? sinks.data() : nullptr};
-  std::vector<float> out(seq.size() * c.n_head * c.hd);
-  ThreadPool pool(2);
-  attention(pool, ap, kv, 0, q.data(), seq.data(), pos.data(), static_cast<int64_t>(seq.size()), out.data());
+}
 
+// Checks attention output against a double-precision dense softmax over the visible positions.
+void expect_dense(const AttnCase& c, const KvCache& kv, const std::vector<float>& q,
+                  const std::vector<float>& sinks, const std::vector<int32_t>& seq,
+                  const std::vector<int32_t>& pos, const std::vector<float>& out, float scale) {
   for (size_t t = 0; t < seq.size(); ++t)
     for (int h = 0; h < c.n_head; ++h) {
       const int kvh = h * c.n_head_kv / c.n_head;
+      const int n_pos = pos[t] + 1;
       std::vector<double> w(n_pos, 0.0);
       double mx = c.sinks ? sinks[h] : -1e300;
       std::vector<bool> visible(n_pos, false);
       for (int k = 0; k < n_pos; ++k) {
-        visible[k] = k <= pos[t] && (c.window == 0 || pos[t] - k < c.window);
+        visible[k] = c.window == 0 || pos[t] - k < c.window;
         if (!visible[k]) continue;
         double d = 0;
         for (int i = 0; i < c.hd; ++i) d += double(q[(t * c.n_head + h) * c.hd + i]) * kv.k(seq[t], 0, k)[kvh * c.hd + i];
-        w[k] = d * 0.37;
+        w[k] = d * scale;
         mx = std::max(mx, w[k]);
       }
       double sum = c.sinks ? std::exp(sinks[h] - mx) : 0.0;
@@ -81,6 +74,45 @@ TEST_P(AttentionTest, MatchesDenseReference) {
         EXPECT_NEAR(out[(t * c.n_head + h) * c.hd + i], acc / sum, 1e-5) << "token " << t << " head " << h;
       }
     }
+}
+
+class AttentionTest : public ::testing::TestWithParam<AttnCase> {};
+
+TEST_P(AttentionTest, MatchesDenseReference) {
+  const AttnCase c = GetParam();
+  const int n_pos = 37;
+  KvCache kv({c.n_head_kv * c.hd}, {c.n_head_kv * c.hd}, 64);
+  // Two sequences with different contents; queries from both in one batch.
+  fill_kv(kv, 2, n_pos, c.n_head_kv * c.hd);
+  const std::vector<int32_t> seq = {0, 1, 0, 1};
+  const std::vector<int32_t> pos = {0, 5, 36, 20};
+  auto q = randn(seq.size() * c.n_head * c.hd, 3);
+  auto sinks = randn(c.n_head, 4);
+  AttentionParams ap{c.n_head, c.n_head_kv, c.hd, c.hd, 0.37f, c.window, c.sinks ? sinks.data() : nullptr};
+  std::vector<float> out(seq.size() * c.n_head * c.hd);
+  ThreadPool pool(2);
+  attention(pool, ap, kv, 0, q.data(), seq.data(), pos.data(), static_cast<int64_t>(seq.size()), out.data());
+  expect_dense(c, kv, q, sinks, seq, pos, out, 0.37f);
+}
+
+// Few (token, head) pairs over a long context on a pool of 6: each pair's positions are split
+// into segments computed in parallel and merged; the result must still be the dense softmax,
+// including a query whose span is shorter than the others (some of its segments stay small).
+TEST_P(AttentionTest, LongContextSplitMatchesDenseReference) {
+  const AttnCase c = GetParam();
+  const int n_pos = 1500;
+  KvCache kv({c.n_head_kv * c.hd}, {c.n_head_kv * c.hd}, 2048);
+  fill_kv(kv, 1, n_pos, c.n_head_kv * c.hd);
+  const std::vector<int32_t> seq = {0, 0};
+  const std::vector<int32_t> pos = {1499, 700};
+  auto q = randn(seq.size() * c.n_head * c.hd, 5);
+  auto sinks = randn(c.n_head, 6);
+  const AttnCase wide{c.n_head, c.n_head_kv, c.hd, c.window * 100, c.sinks};
+  AttentionParams ap{c.n_head, c.n_head_kv, c.hd, c.hd, 0.11f, wide.window, c.sinks ? sinks.data() : nullptr};
+  std::vector<float> out(seq.size() * c.n_head * c.hd);
+  ThreadPool pool(6);
+  attention(pool, ap, kv, 0, q.data(), seq.data(), pos.data(), static_cast<int64_t>(seq.size()), out.data());
+  expect_dense(wide, kv, q, sinks, seq, pos, out, 0.11f);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTest,

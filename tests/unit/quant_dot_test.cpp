@@ -27,6 +27,8 @@ const GgmlType kDotTypes[] = {
     GgmlType::Q4_0,   GgmlType::Q4_1,  GgmlType::Q5_0, GgmlType::Q5_1,
     GgmlType::IQ4_NL, GgmlType::MXFP4, GgmlType::Q2_K, GgmlType::Q3_K,
     GgmlType::Q4_K,   GgmlType::Q5_K,  GgmlType::Q6_K, GgmlType::IQ4_XS,
+    GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ2_S, GgmlType::IQ3_XXS,
+    GgmlType::IQ3_S,   GgmlType::IQ1_S,  GgmlType::IQ1_M,
 };
 
 std::vector<Isa> isas() {
@@ -151,14 +153,16 @@ TEST(VecDot, AvxSetCoversTheHotTypes) {
   if (!cpu_has_avx2()) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
   for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,
                      GgmlType::IQ4_NL, GgmlType::MXFP4, GgmlType::Q2_K, GgmlType::Q3_K,
-                     GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_XS}) {
+                     GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_XS,
+                     GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ2_S, GgmlType::IQ3_XXS,
+                     GgmlType::IQ3_S, GgmlType::IQ1_S, GgmlType::IQ1_M}) {
     EXPECT_NE(dot_kernels(t, Isa::Avx2).vec_dot, dot_kernels(t, Isa::Scalar).vec_dot)
         << type_name(t);
   }
 }
 
 TEST(VecDot, FallbackTypesHaveNoKernelAndIntegersAreRejected) {
-  for (GgmlType t : {GgmlType::IQ2_XXS, GgmlType::IQ3_S, GgmlType::IQ1_M, GgmlType::TQ2_0}) {
+  for (GgmlType t : {GgmlType::TQ1_0, GgmlType::TQ2_0}) {
     const DotKernels k = dot_kernels(t, Isa::Scalar);
     EXPECT_EQ(k.vec_dot, nullptr) << type_name(t);
     EXPECT_EQ(k.vec_dot_type, GgmlType::F32) << type_name(t);
@@ -281,7 +285,9 @@ TEST(VecDotMulti, MatchesScalarPerRow) {
   if (!cpu_has_avx2()) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
   std::mt19937 rng(21);
   for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::IQ4_NL, GgmlType::MXFP4,
-                     GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+                     GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ2_XXS,
+                     GgmlType::IQ2_XS, GgmlType::IQ2_S, GgmlType::IQ3_XXS, GgmlType::IQ3_S,
+                     GgmlType::IQ1_S, GgmlType::IQ1_M}) {
     const DotKernels s = dot_kernels(t, Isa::Scalar);
     const DotKernels v = dot_kernels(t, Isa::Avx2);
     ASSERT_NE(v.vec_dot_multi, nullptr) << type_name(t);
@@ -384,6 +390,64 @@ TEST(Gemm, Avx512UnpackersMatchPortable) {
         EXPECT_EQ(0, std::memcmp(s0, s1, sizeof s0)) << type_name(t) << " unit " << unit;
         EXPECT_EQ(0, std::memcmp(b0, b1, sizeof b0)) << type_name(t) << " unit " << unit;
       }
+
+// The lattice i-quants on blocks of uniformly random bits (every bit pattern is a valid block:
+// all grid indexes are in range), with only the half-precision scale set to a sane value, so that
+// every index bit, sign code and sub-block scale is exercised: the scalar twin against
+// dequantize·dot, and the SIMD single- and multi-row kernels against the twin.
+TEST(VecDot, IqKernelsOnRandomBits) {
+  std::mt19937 rng(77);
+  const int64_t n = 1024;
+  for (GgmlType t : {GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ2_S, GgmlType::IQ3_XXS,
+                     GgmlType::IQ3_S, GgmlType::IQ1_S, GgmlType::IQ1_M}) {
+    const TypeTraits& tt = type_traits(t);
+    for (int rep = 0; rep < 16; ++rep) {
+      std::vector<uint8_t> w(static_cast<size_t>(n / tt.block_elems * tt.block_bytes));
+      for (auto& byte : w) byte = static_cast<uint8_t>(rng());
+      for (int64_t b = 0; b < n / tt.block_elems; ++b) {
+        uint8_t* blk = w.data() + b * tt.block_bytes;
+        const uint16_t d = random_half_scale(rng);
+        if (t == GgmlType::IQ1_M) {
+          // d's four nibbles sit in the top nibbles of the four uint16 scale words (bytes 48..55).
+          for (int k = 0; k < 4; ++k) {
+            uint16_t sc;
+            std::memcpy(&sc, blk + 48 + 2 * k, 2);
+            sc = static_cast<uint16_t>((sc & 0x0FFF) | (((d >> (4 * k)) & 0xF) << 12));
+            std::memcpy(blk + 48 + 2 * k, &sc, 2);
+          }
+        } else {
+          std::memcpy(blk, &d, 2);  // d leads every other IQ block
+        }
+      }
+      const DotKernels s = dot_kernels(t, Isa::Scalar);
+      const uint64_t stride = row_bytes(GgmlType::Q8_K, static_cast<uint64_t>(n));
+      std::vector<uint8_t> xq(stride * kMaxDotRows);
+      std::vector<RefDot> refs;
+      const auto wf = dequantized(t, w.data(), n);
+      for (int k = 0; k < kMaxDotRows; ++k) {
+        s.quantize(random_activations(n, rng).data(), xq.data() + k * stride, n);
+        const auto xf = dequantized(GgmlType::Q8_K, xq.data() + k * stride, n);
+        refs.push_back(ref_dot(wf.data(), xf.data(), n));
+      }
+      for (int k = 0; k < kMaxDotRows; ++k) {
+        const float want = s.vec_dot(n, w.data(), xq.data() + k * stride);
+        ASSERT_NEAR(want, refs[k].value, float_tolerance(refs[k], n / tt.block_elems))
+            << type_name(t) << " scalar rep " << rep;
+      }
+      if (!cpu_has_avx2()) continue;
+      const DotKernels v = dot_kernels(t, Isa::Avx2);
+      for (int n_x = 1; n_x <= kMaxDotRows; ++n_x) {
+        float out[kMaxDotRows];
+        v.vec_dot_multi(n, w.data(), xq.data(), stride, n_x, out);
+        for (int k = 0; k < n_x; ++k) {
+          const float want = s.vec_dot(n, w.data(), xq.data() + k * stride);
+          EXPECT_NEAR(out[k], want, 2 * float_tolerance(refs[k], n / tt.block_elems))
+              << type_name(t) << " rep " << rep << " n_x " << n_x << " row " << k;
+        }
+      }
+      EXPECT_NEAR(v.vec_dot(n, w.data(), xq.data()), s.vec_dot(n, w.data(), xq.data()),
+                  2 * float_tolerance(refs[0], n / tt.block_elems))
+          << type_name(t) << " rep " << rep;
     }
   }
 }
