@@ -464,6 +464,13 @@ GemmFn gemm_kernel(GgmlType weight) {
     case GgmlType::IQ4_XS: return gemm_of<GgmlType::IQ4_XS>;
     case GgmlType::Q8_0: return gemm_of<GgmlType::Q8_0>;
     case GgmlType::MXFP4: return gemm_of<GgmlType::MXFP4>;
+    case GgmlType::IQ2_XXS: return gemm_of<GgmlType::IQ2_XXS>;
+    case GgmlType::IQ2_XS: return gemm_of<GgmlType::IQ2_XS>;
+    case GgmlType::IQ2_S: return gemm_of<GgmlType::IQ2_S>;
+    case GgmlType::IQ3_XXS: return gemm_of<GgmlType::IQ3_XXS>;
+    case GgmlType::IQ3_S: return gemm_of<GgmlType::IQ3_S>;
+    case GgmlType::IQ1_S: return gemm_of<GgmlType::IQ1_S>;
+    case GgmlType::IQ1_M: return gemm_of<GgmlType::IQ1_M>;
     default: return nullptr;
   }
 }
