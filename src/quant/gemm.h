@@ -26,8 +26,8 @@ inline constexpr int kGemmUnit = 256;
 // group_values) in natural value order, scale[0..n_groups) and, when the format has_bias,
 // bias[0..n_groups). n_groups is the full count except in the last unit of a row whose length is
 // not a multiple of 256 (possible only for 32-value block types).
-using GemmUnpackFn = void (*)(const void* row, int64_t unit, int n_groups, uint8_t* u,
-                              float* scale, float* bias);
+using GemmUnpackFn = void (*)(const void* row, int64_t unit, int n_groups, uint8_t* u, float* scale,
+                              float* bias);
 
 struct GemmFormat {
   GgmlType act_type;  // Q8_K (256-value activation blocks) or Q8_0 (32-value blocks)

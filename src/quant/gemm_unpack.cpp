@@ -99,8 +99,8 @@ void iq4_xs(const void* row, int64_t unit, int, uint8_t* u, float* scale, float*
   const BlockIQ4XS& b = static_cast<const BlockIQ4XS*>(row)[unit];
   const float d = fp16_to_fp32(b.d);
   for (int ib = 0; ib < 8; ++ib) {
-    const int ls = ((b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) |
-                   (((b.scales_h >> (2 * ib)) & 3) << 4);
+    const int ls =
+        ((b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((b.scales_h >> (2 * ib)) & 3) << 4);
     scale[ib] = d * (ls - 32);
     const uint8_t* q = b.qs + 16 * ib;
     for (int l = 0; l < 16; ++l) {
@@ -132,7 +132,9 @@ void mxfp4(const void* row, int64_t unit, int n_groups, uint8_t* u, float* scale
 namespace {
 
 // Signed lattice value v (|v| < 64) as an unsigned byte for formats with offset 64.
-inline uint8_t signed_byte(int v) { return static_cast<uint8_t>(v + 64); }
+inline uint8_t signed_byte(int v) {
+  return static_cast<uint8_t>(v + 64);
+}
 
 // Eight IQ2 values: grid magnitudes with a sign bit per value.
 inline void put_iq2(uint64_t point, uint8_t signs, uint8_t* u) {
@@ -203,8 +205,8 @@ void iq3_xxs(const void* row, int64_t unit, int, uint8_t* u, float* scale, float
     const uint8_t* qs = b.qs + 8 * ib;
     for (int g = 0; g < 4; ++g) {
       const uint8_t signs = iq::kSignsIq2[(meta >> (7 * g)) & 127];
-      const uint64_t point = iq::kIq3xxsGrid[qs[2 * g]] |
-                             static_cast<uint64_t>(iq::kIq3xxsGrid[qs[2 * g + 1]]) << 32;
+      const uint64_t point =
+          iq::kIq3xxsGrid[qs[2 * g]] | static_cast<uint64_t>(iq::kIq3xxsGrid[qs[2 * g + 1]]) << 32;
       put_iq2(point, signs, u + 32 * ib + 8 * g);
     }
   }
@@ -279,22 +281,38 @@ const GemmFormat* gemm_format(GgmlType weight) {
   static constexpr GemmFormat kIq1s{GgmlType::Q8_K, 32, 9, false, gemm_unpack::iq1_s};
   static constexpr GemmFormat kIq1m{GgmlType::Q8_K, 16, 9, false, gemm_unpack::iq1_m};
   switch (weight) {
-    case GgmlType::Q4_K: return &kQ4K;
-    case GgmlType::Q5_K: return &kQ5K;
-    case GgmlType::Q6_K: return &kQ6K;
-    case GgmlType::Q2_K: return &kQ2K;
-    case GgmlType::Q3_K: return &kQ3K;
-    case GgmlType::IQ4_XS: return &kIq4xs;
-    case GgmlType::Q8_0: return &kQ8_0;
-    case GgmlType::MXFP4: return &kMxfp4;
-    case GgmlType::IQ2_XXS: return &kIq2xxs;
-    case GgmlType::IQ2_XS: return &kIq2xs;
-    case GgmlType::IQ2_S: return &kIq2s;
-    case GgmlType::IQ3_XXS: return &kIq3xxs;
-    case GgmlType::IQ3_S: return &kIq3s;
-    case GgmlType::IQ1_S: return &kIq1s;
-    case GgmlType::IQ1_M: return &kIq1m;
-    default: return nullptr;
+    case GgmlType::Q4_K:
+      return &kQ4K;
+    case GgmlType::Q5_K:
+      return &kQ5K;
+    case GgmlType::Q6_K:
+      return &kQ6K;
+    case GgmlType::Q2_K:
+      return &kQ2K;
+    case GgmlType::Q3_K:
+      return &kQ3K;
+    case GgmlType::IQ4_XS:
+      return &kIq4xs;
+    case GgmlType::Q8_0:
+      return &kQ8_0;
+    case GgmlType::MXFP4:
+      return &kMxfp4;
+    case GgmlType::IQ2_XXS:
+      return &kIq2xxs;
+    case GgmlType::IQ2_XS:
+      return &kIq2xs;
+    case GgmlType::IQ2_S:
+      return &kIq2s;
+    case GgmlType::IQ3_XXS:
+      return &kIq3xxs;
+    case GgmlType::IQ3_S:
+      return &kIq3s;
+    case GgmlType::IQ1_S:
+      return &kIq1s;
+    case GgmlType::IQ1_M:
+      return &kIq1m;
+    default:
+      return nullptr;
   }
 }
 
