@@ -23,6 +23,7 @@
 #include "core/aligned.h"
 #include "core/error.h"
 #include "quant/gemm.h"
+#include "quant/iq_grids.h"
 #include "quant/kernels.h"
 
 namespace sluice::avx512 {
@@ -167,6 +168,42 @@ void unpack_q8_0(const void* row, int64_t unit, int n_groups, uint8_t* u, float*
     scale[g] = _cvtsh_ss(b[g].d);
     const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[g].qs));
     _mm256_store_si256(reinterpret_cast<__m256i*>(u + kQK * g), _mm256_xor_si256(q, flip));
+  }
+}
+
+// A 16-entry signed value table as unsigned bytes (value + 128), in both 128-bit lanes for vpshufb.
+__m256i offset_table(const int8_t* values) {
+  alignas(16) uint8_t t[16];
+  for (int i = 0; i < 16; ++i) t[i] = static_cast<uint8_t>(values[i] ^ 0x80);
+  return _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(t)));
+}
+
+// 16 bytes of nibbles (low: values 0..15, high: 16..31) looked up in a table, as 32 bytes.
+inline __m256i lookup_nibbles(const uint8_t* q, __m256i table) {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+  const __m256i both = _mm256_set_m128i(_mm_srli_epi16(b, 4), b);
+  return _mm256_shuffle_epi8(table, _mm256_and_si256(both, _mm256_set1_epi8(0x0F)));
+}
+
+void unpack_iq4_xs(const void* row, int64_t unit, int, uint8_t* u, float* scale, float*) {
+  static const __m256i table = offset_table(iq::kValuesIq4nl.data());
+  const BlockIQ4XS& b = static_cast<const BlockIQ4XS*>(row)[unit];
+  const float d = _cvtsh_ss(b.d);
+  for (int ib = 0; ib < 8; ++ib) {
+    const int ls = ((b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) |
+                   (((b.scales_h >> (2 * ib)) & 3) << 4);
+    scale[ib] = d * (ls - 32);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(u + 32 * ib),
+                       lookup_nibbles(b.qs + 16 * ib, table));
+  }
+}
+
+void unpack_mxfp4(const void* row, int64_t unit, int n_groups, uint8_t* u, float* scale, float*) {
+  static const __m256i table = offset_table(iq::kValuesMxfp4.data());
+  const BlockMXFP4* b = static_cast<const BlockMXFP4*>(row) + unit * (kGemmUnit / kQK);
+  for (int g = 0; g < n_groups; ++g) {
+    scale[g] = e8m0_to_fp32_half(b[g].e);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(u + kQK * g), lookup_nibbles(b[g].qs, table));
   }
 }
 
@@ -428,6 +465,10 @@ GemmUnpackFn gemm_unpacker(GgmlType weight) {
       return unpack_q6_K;
     case GgmlType::Q8_0:
       return unpack_q8_0;
+    case GgmlType::IQ4_XS:
+      return unpack_iq4_xs;
+    case GgmlType::MXFP4:
+      return unpack_mxfp4;
     default: {
       const GemmFormat* f = gemm_format(weight);
       return f ? f->unpack : nullptr;
