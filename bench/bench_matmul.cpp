@@ -1,12 +1,14 @@
 // Matmul throughput on a 2048 x 768 Q4_K matrix (one Qwen3-30B-A3B expert projection): GB/s of
-// weights streamed, scalar vs AVX2 vs AVX-512 in one run, with the AVX2/scalar ratio printed at the end.
+// weights streamed, scalar (isa:0) vs AVX2 (isa:1) vs AVX-512 (isa:2) in one run, with the
+// AVX2/scalar and AVX-512/AVX2 ratios printed at the end.
 // Decode is bound by weight bandwidth, so GB/s is the number that predicts tokens per second:
 //   VecDot   one thread, dot of every row with one activation row; the matrix stays in L2.
-//   Matmul   the op on the pool, 1 token (decode) and 64 tokens (prefill / expert batch); the
-//            matrix (0.84 MiB) stays in cache between iterations.
-//   Cold     the op with 1 and 32 tokens (an expert batch) over 256 MiB of distinct matrices, so
-//            weights come from DRAM.
+//   Matmul   the op on the pool, 1 token (decode) to 512 (prefill), the counts around the GEMM
+//            threshold in between; the matrix (0.84 MiB) stays in cache between iterations.
+//   Cold     the op with 1, 2 and 32 tokens (expert batches) over 256 MiB of distinct matrices,
+//            so weights come from DRAM.
 //   Types    VecDot for the other types with AVX2 kernels (same shape), for comparison.
+//   TypesMatmul  the op on one thread with 64 tokens for those types, AVX2 vs AVX-512 GEMM.
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
@@ -168,6 +170,27 @@ void BM_Cold(benchmark::State& st) {
   set_rate(st, kMatBytes);
 }
 
+// Matmul of the other types with 64 tokens on one thread: where the AVX-512 GEMM replaces the
+// AVX2 dot kernels (an expert batch or a prefill chunk).
+void BM_TypesMatmul(benchmark::State& st) {
+  if (skip_unsupported(st)) return;
+  const TypeCase& tc = kTypeCases[st.range(1)];
+  st.SetLabel(std::string(type_name(tc.type)));
+  std::mt19937 rng(5);
+  const AlignedBuffer m = random_matrix(tc, rng);
+  const uint64_t rb = row_bytes(tc.type, kIn);
+  constexpr int64_t kTokens = 64;
+  ThreadPool pool(1);
+  const MatView w{tc.type, kIn, kOut, m.data(), rb};
+  const auto x = activations(kTokens);
+  std::vector<float> y(static_cast<size_t>(kOut * kTokens));
+  for (auto _ : st) {
+    matmul(pool, w, x.data(), kTokens, y.data(), isa_arg(st));
+    benchmark::ClobberMemory();
+  }
+  set_rate(st, rb * kOut);
+}
+
 void BM_Types(benchmark::State& st) {
   if (skip_unsupported(st)) return;
   const TypeCase& tc = kTypeCases[st.range(1)];
@@ -187,18 +210,22 @@ void BM_Types(benchmark::State& st) {
   set_rate(st, rb * kOut);
 }
 
-BENCHMARK(BM_VecDot)->ArgNames({"avx2"})->Arg(0)->Arg(1);
+BENCHMARK(BM_VecDot)->ArgNames({"isa"})->Arg(0)->Arg(1);
 BENCHMARK(BM_Matmul)
-    ->ArgNames({"avx2", "tokens", "threads"})
-    ->ArgsProduct({{0, 1, 2}, {1, 3, 4, 8, 32, 64, 512}, {1, 2}})
+    ->ArgNames({"isa", "tokens", "threads"})
+    ->ArgsProduct({{0, 1, 2}, {1, 2, 3, 8, 64, 512}, {1, 2}})
     ->UseRealTime();
-BENCHMARK(BM_Types)->ArgNames({"avx2", "type"})->ArgsProduct({{0, 1}, {0, 1, 2, 3, 4, 5, 6, 7}});
+BENCHMARK(BM_Types)->ArgNames({"isa", "type"})->ArgsProduct({{0, 1}, {0, 1, 2, 3, 4, 5, 6, 7}});
+BENCHMARK(BM_TypesMatmul)
+    ->ArgNames({"isa", "type"})
+    ->ArgsProduct({{1, 2}, {0, 1, 2, 3, 4, 5, 6, 7}});
 BENCHMARK(BM_Cold)
-    ->ArgNames({"avx2", "tokens", "threads"})
-    ->ArgsProduct({{0, 1, 2}, {1, 32}, {1, 2}})
+    ->ArgNames({"isa", "tokens", "threads"})
+    ->ArgsProduct({{0, 1, 2}, {1, 2, 32}, {1, 2}})
     ->UseRealTime();
 
-// Console output plus, at the end, the AVX2 / scalar speed ratio of each configuration.
+// Console output plus, at the end, the AVX2 / scalar and AVX-512 / AVX2 speed ratios of each
+// configuration.
 class RatioReporter : public benchmark::ConsoleReporter {
  public:
   void ReportRuns(const std::vector<Run>& runs) override {
@@ -209,20 +236,25 @@ class RatioReporter : public benchmark::ConsoleReporter {
     }
   }
   void print_ratios() const {
-    for (const auto& [name, t_scalar] : times_) {
-      const auto pos = name.find("avx2:0");
-      if (pos == std::string::npos) continue;
-      std::string avx = name;
-      avx.replace(pos, 6, "avx2:1");
-      const auto it = times_.find(avx);
-      if (it == times_.end()) continue;
-      std::string shown = name;
-      shown.erase(pos, 7);
-      std::printf("avx2/scalar speedup %-40s %6.2fx\n", shown.c_str(), t_scalar / it->second);
-    }
+    print_ratio("isa:0", "isa:1", "avx2/scalar");
+    print_ratio("isa:1", "isa:2", "avx512/avx2");
   }
 
  private:
+  void print_ratio(const std::string& base, const std::string& fast, const char* what) const {
+    for (const auto& [name, t_base] : times_) {
+      const auto pos = name.find(base);
+      if (pos == std::string::npos) continue;
+      std::string other = name;
+      other.replace(pos, base.size(), fast);
+      const auto it = times_.find(other);
+      if (it == times_.end()) continue;
+      std::string shown = name;
+      shown.erase(pos, base.size() + 1);
+      std::printf("%s speedup %-40s %6.2fx\n", what, shown.c_str(), t_base / it->second);
+    }
+  }
+
   std::map<std::string, double> times_;
 };
 

@@ -77,7 +77,9 @@ struct Job {
 
 void run_range(const Job& job, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
   const MatView& w = *job.w;
-  if (job.k.gemm && t1 - t0 >= kMinGemmTokens) {
+  // Types without a dot kernel take the GEMM at any token count: it is faster than dequantizing,
+  // and their activations are then in one format whatever the batch size.
+  if (job.k.gemm && (t1 - t0 >= kMinGemmTokens || !job.k.vec_dot)) {
     job.k.gemm(w.n_in, w.data + static_cast<uint64_t>(r0) * w.row_stride, w.row_stride, r1 - r0,
                job.xq + static_cast<uint64_t>(t0) * job.xq_stride, job.xq_stride, t1 - t0,
                job.y + t0 * w.n_out + r0, static_cast<uint64_t>(w.n_out));

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "quant/gemm.h"
 
 namespace sluice {
 
@@ -225,10 +226,16 @@ DotKernels avx2_kernels(GgmlType weight) {
   return k;
 }
 
-// The AVX2 set plus the VNNI GEMM for the types that have a GemmFormat.
+// The AVX2 set plus the VNNI GEMM for the types that have a GemmFormat. A type whose dot
+// kernel is missing (dequantize fallback, which reads the float activations) gets its activations
+// converted to the GEMM's format too, so the GEMM can serve its prefill.
 DotKernels avx512_kernels(GgmlType weight) {
   DotKernels k = avx2_kernels(weight);
   k.gemm = avx512::gemm_kernel(weight);
+  if (k.gemm && !k.vec_dot && gemm_format(weight)->act_type == GgmlType::Q8_K) {
+    k.vec_dot_type = GgmlType::Q8_K;
+    k.quantize = avx2::quantize_row_q8_K;
+  }
   return k;
 }
 

@@ -9,8 +9,8 @@
 // int8 dot products of u against the activation's 8-bit values (VNNI vpdpbusd takes exactly this
 // unsigned x signed pair); the offset is removed through the activation's group sums and the bias
 // is multiplied by them. Any type whose values are small integers times per-group scales fits,
-// including the lattice i-quants (IQ2_*, IQ3_*, IQ1_*: grid magnitude times sign as u - offset,
-// the IQ1 delta as the bias).
+// including the lattice i-quants (IQ2_*, IQ3_*: grid magnitude times sign as u - offset; IQ1_*:
+// grid value plus delta, times 8, is an integer).
 #pragma once
 
 #include <cstdint>
@@ -26,8 +26,8 @@ inline constexpr int kGemmUnit = 256;
 // group_values) in natural value order, scale[0..n_groups) and, when the format has_bias,
 // bias[0..n_groups). n_groups is the full count except in the last unit of a row whose length is
 // not a multiple of 256 (possible only for 32-value block types).
-using GemmUnpackFn = void (*)(const void* row, int64_t unit, int n_groups, uint8_t* u,
-                              float* scale, float* bias);
+using GemmUnpackFn = void (*)(const void* row, int64_t unit, int n_groups, uint8_t* u, float* scale,
+                              float* bias);
 
 struct GemmFormat {
   GgmlType act_type;  // Q8_K (256-value activation blocks) or Q8_0 (32-value blocks)
@@ -47,6 +47,14 @@ void q3_K(const void* row, int64_t unit, int n_groups, uint8_t* u, float* scale,
 void iq4_xs(const void* row, int64_t unit, int n_groups, uint8_t* u, float* scale, float* bias);
 void q8_0(const void* row, int64_t unit, int n_groups, uint8_t* u, float* scale, float* bias);
 void mxfp4(const void* row, int64_t unit, int n_groups, uint8_t* u, float* scale, float* bias);
+// Lattice i-quants: signed grid values with offset 64; IQ1 values times 8 with the delta folded in.
+void iq2_xxs(const void* row, int64_t unit, int n_groups, uint8_t* u, float* scale, float* bias);
+void iq2_xs(const void* row, int64_t unit, int n_groups, uint8_t* u, float* scale, float* bias);
+void iq2_s(const void* row, int64_t unit, int n_groups, uint8_t* u, float* scale, float* bias);
+void iq3_xxs(const void* row, int64_t unit, int n_groups, uint8_t* u, float* scale, float* bias);
+void iq3_s(const void* row, int64_t unit, int n_groups, uint8_t* u, float* scale, float* bias);
+void iq1_s(const void* row, int64_t unit, int n_groups, uint8_t* u, float* scale, float* bias);
+void iq1_m(const void* row, int64_t unit, int n_groups, uint8_t* u, float* scale, float* bias);
 }  // namespace gemm_unpack
 
 // The format of a weight type, or null when the type has no unpacker.

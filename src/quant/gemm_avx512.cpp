@@ -23,6 +23,7 @@
 #include "core/aligned.h"
 #include "core/error.h"
 #include "quant/gemm.h"
+#include "quant/iq_grids.h"
 #include "quant/kernels.h"
 
 namespace sluice::avx512 {
@@ -33,7 +34,6 @@ constexpr int kTileRows = 16;
 // Loops over the kCols activation rows and the dwords of a group carry "#pragma GCC unroll": the
 // accumulators must live in registers, and -O2 leaves such loops rolled over stack arrays.
 constexpr int kCols = 8;
-constexpr int kUnitDwords = kGemmUnit / 4;
 
 // Grow-only per-thread buffer (pool threads keep theirs across calls).
 class Scratch {
@@ -52,21 +52,21 @@ thread_local Scratch t_act;
 // 16x16 transpose of 32-bit elements: row r of in becomes lane r of every output vector.
 inline void transpose16(__m512i v[16]) {
   __m512i t[16];
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
   for (int i = 0; i < 8; ++i) {
     t[2 * i] = _mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
     t[2 * i + 1] = _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
   }
   // After these, u[4q + j] holds in each 128-bit lane L rows 4q..4q+3 of element 4L + j.
   __m512i u[16];
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
   for (int q = 0; q < 4; ++q) {
     u[4 * q + 0] = _mm512_unpacklo_epi64(t[4 * q], t[4 * q + 2]);
     u[4 * q + 1] = _mm512_unpackhi_epi64(t[4 * q], t[4 * q + 2]);
     u[4 * q + 2] = _mm512_unpacklo_epi64(t[4 * q + 1], t[4 * q + 3]);
     u[4 * q + 3] = _mm512_unpackhi_epi64(t[4 * q + 1], t[4 * q + 3]);
   }
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
   for (int j = 0; j < 4; ++j) {
     const __m512i s0 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x44);
     const __m512i s1 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xEE);
@@ -145,8 +145,7 @@ void unpack_q6_K(const void* row, int64_t unit, int, uint8_t* u, float* scale, f
 #pragma GCC unroll 2
   for (int half = 0; half < 2; ++half) {
     const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * half));
-    const __m256i l1 =
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * half + 32));
+    const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + 64 * half + 32));
     const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * half));
     // Quarter k: low nibble from l0 (k even) or l1 (k odd), low half for k < 2; bits 2k, 2k+1 of
     // qh as bits 4, 5.
@@ -155,8 +154,7 @@ void unpack_q6_K(const void* row, int64_t unit, int, uint8_t* u, float* scale, f
                            _mm256_and_si256(_mm256_srli_epi16(l1, 4), low4)};
 #pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) {
-      const __m256i hi =
-          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), two), 4);
+      const __m256i hi = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), two), 4);
       _mm256_store_si256(reinterpret_cast<__m256i*>(u + 128 * half + 32 * k),
                          _mm256_or_si256(lo[k], hi));
     }
@@ -170,6 +168,42 @@ void unpack_q8_0(const void* row, int64_t unit, int n_groups, uint8_t* u, float*
     scale[g] = _cvtsh_ss(b[g].d);
     const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[g].qs));
     _mm256_store_si256(reinterpret_cast<__m256i*>(u + kQK * g), _mm256_xor_si256(q, flip));
+  }
+}
+
+// A 16-entry signed value table as unsigned bytes (value + 128), in both 128-bit lanes for vpshufb.
+__m256i offset_table(const int8_t* values) {
+  alignas(16) uint8_t t[16];
+  for (int i = 0; i < 16; ++i) t[i] = static_cast<uint8_t>(values[i] ^ 0x80);
+  return _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(t)));
+}
+
+// 16 bytes of nibbles (low: values 0..15, high: 16..31) looked up in a table, as 32 bytes.
+inline __m256i lookup_nibbles(const uint8_t* q, __m256i table) {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+  const __m256i both = _mm256_set_m128i(_mm_srli_epi16(b, 4), b);
+  return _mm256_shuffle_epi8(table, _mm256_and_si256(both, _mm256_set1_epi8(0x0F)));
+}
+
+void unpack_iq4_xs(const void* row, int64_t unit, int, uint8_t* u, float* scale, float*) {
+  static const __m256i table = offset_table(iq::kValuesIq4nl.data());
+  const BlockIQ4XS& b = static_cast<const BlockIQ4XS*>(row)[unit];
+  const float d = _cvtsh_ss(b.d);
+  for (int ib = 0; ib < 8; ++ib) {
+    const int ls = ((b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) |
+                   (((b.scales_h >> (2 * ib)) & 3) << 4);
+    scale[ib] = d * (ls - 32);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(u + 32 * ib),
+                       lookup_nibbles(b.qs + 16 * ib, table));
+  }
+}
+
+void unpack_mxfp4(const void* row, int64_t unit, int n_groups, uint8_t* u, float* scale, float*) {
+  static const __m256i table = offset_table(iq::kValuesMxfp4.data());
+  const BlockMXFP4* b = static_cast<const BlockMXFP4*>(row) + unit * (kGemmUnit / kQK);
+  for (int g = 0; g < n_groups; ++g) {
+    scale[g] = e8m0_to_fp32_half(b[g].e);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(u + kQK * g), lookup_nibbles(b[g].qs, table));
   }
 }
 
@@ -190,7 +224,7 @@ void pack_tile(const GemmFormat& f, const std::byte* w, uint64_t w_stride, int n
   std::memset(bi, 0, sizeof bi);
   for (int64_t un = 0; un < n_units; ++un, out += unit_bytes(kGroups, kBias)) {
     const int ng = un + 1 == n_units ? last_groups : kGroups;
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int r = 0; r < kTileRows; ++r) {
       if (r < n_rows) {
         f.unpack(w + r * w_stride, un, ng, u[r], sc[r], bi[r]);
@@ -201,14 +235,14 @@ void pack_tile(const GemmFormat& f, const std::byte* w, uint64_t w_stride, int n
     }
     __m512i v[16];
     for (int ch = 0; ch < kGemmUnit / 64; ++ch) {
-      #pragma GCC unroll 16
+#pragma GCC unroll 16
       for (int r = 0; r < kTileRows; ++r) v[r] = _mm512_load_si512(u[r] + 64 * ch);
       transpose16(v);
-      #pragma GCC unroll 16
+#pragma GCC unroll 16
       for (int k = 0; k < 16; ++k) _mm512_store_si512(out + (16 * ch + k) * 64, v[k]);
     }
-    auto store_per_group = [&](float (*src)[16], std::byte* dst) {
-      #pragma GCC unroll 16
+    auto store_per_group = [&](float(*src)[16], std::byte* dst) {
+#pragma GCC unroll 16
       for (int r = 0; r < kTileRows; ++r) v[r] = _mm512_castps_si512(_mm512_load_ps(src[r]));
       transpose16(v);
       for (int g = 0; g < kGroups; ++g) _mm512_store_si512(dst + g * 64, v[g]);
@@ -273,7 +307,7 @@ void tile_kernel(const std::byte* packed, int64_t n_units, int last_groups, cons
   const float* xd[C];
   const int32_t* corr[C];
   const float* gsum[C];
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
   for (int c = 0; c < C; ++c) {
     xrow[c] = x + (c0 + c) * x_stride + kQsOffset;
     xd[c] = a.xd + (c0 + c) * a.n_scales;
@@ -281,7 +315,7 @@ void tile_kernel(const std::byte* packed, int64_t n_units, int last_groups, cons
     gsum[c] = a.gsum + (c0 + c) * a.n_groups;
   }
   __m512 facc[C];
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
   for (int c = 0; c < C; ++c) facc[c] = _mm512_setzero_ps();
   for (int64_t un = 0; un < n_units; ++un) {
     const std::byte* pq = packed + un * unit_bytes(kGroups, kBias);
@@ -290,18 +324,18 @@ void tile_kernel(const std::byte* packed, int64_t n_units, int last_groups, cons
     const int ng = un + 1 == n_units ? last_groups : kGroups;
     __m512 sacc[C];
     if constexpr (!kAct32)
-      #pragma GCC unroll 16
+#pragma GCC unroll 16
       for (int c = 0; c < C; ++c) sacc[c] = _mm512_setzero_ps();
     for (int g = 0; g < ng; ++g) {
       const int64_t gi = un * kGroups + g;
       __m512i iacc[C];
-      #pragma GCC unroll 16
+#pragma GCC unroll 16
       for (int c = 0; c < C; ++c) iacc[c] = _mm512_set1_epi32(corr[c][gi]);
       const uint64_t xoff = un * kUnitX + g * kGroupX;
-      #pragma GCC unroll 16
+#pragma GCC unroll 16
       for (int k = 0; k < kDw; ++k) {
         const __m512i wv = _mm512_load_si512(pq + (g * kDw + k) * 64);
-        #pragma GCC unroll 16
+#pragma GCC unroll 16
         for (int c = 0; c < C; ++c) {
           int32_t xv;
           std::memcpy(&xv, xrow[c] + xoff + 4 * k, 4);
@@ -310,34 +344,50 @@ void tile_kernel(const std::byte* packed, int64_t n_units, int last_groups, cons
       }
       const __m512 sc = _mm512_load_ps(ps + g * kTileRows);
       if constexpr (kAct32) {
-        #pragma GCC unroll 16
+#pragma GCC unroll 16
         for (int c = 0; c < C; ++c) {
           const __m512 p = _mm512_mul_ps(_mm512_cvtepi32_ps(iacc[c]), sc);
           facc[c] = _mm512_fmadd_ps(p, _mm512_set1_ps(xd[c][gi]), facc[c]);
         }
       } else {
-        #pragma GCC unroll 16
-        for (int c = 0; c < C; ++c) sacc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[c]), sc, sacc[c]);
+#pragma GCC unroll 16
+        for (int c = 0; c < C; ++c)
+          sacc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[c]), sc, sacc[c]);
         if constexpr (kBias) {
           const __m512 bi = _mm512_load_ps(pb + g * kTileRows);
-          #pragma GCC unroll 16
+#pragma GCC unroll 16
           for (int c = 0; c < C; ++c)
             sacc[c] = _mm512_fnmadd_ps(bi, _mm512_set1_ps(gsum[c][gi]), sacc[c]);
         }
       }
     }
     if constexpr (!kAct32)
-      #pragma GCC unroll 16
-      for (int c = 0; c < C; ++c) facc[c] = _mm512_fmadd_ps(sacc[c], _mm512_set1_ps(xd[c][un]), facc[c]);
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c)
+        facc[c] = _mm512_fmadd_ps(sacc[c], _mm512_set1_ps(xd[c][un]), facc[c]);
   }
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
   for (int c = 0; c < C; ++c) _mm512_mask_storeu_ps(y + (c0 + c) * y_stride, mask, facc[c]);
 }
 
+// The last n_cols (< kCols) activation rows, through the kernel instantiated for exactly that many.
+template <bool kAct32, int kGV, bool kBias, int C>
+void tile_tail(int n_cols, const std::byte* packed, int64_t n_units, int last_groups,
+               const std::byte* x, uint64_t x_stride, const ActInfo& a, int64_t c0, float* y,
+               uint64_t y_stride, __mmask16 mask) {
+  if constexpr (C > 0) {
+    if (n_cols == C) {
+      return tile_kernel<kAct32, kGV, kBias, C>(packed, n_units, last_groups, x, x_stride, a, c0, y,
+                                                y_stride, mask);
+    }
+    tile_tail<kAct32, kGV, kBias, C - 1>(n_cols, packed, n_units, last_groups, x, x_stride, a, c0,
+                                         y, y_stride, mask);
+  }
+}
+
 template <bool kAct32, int kGV, bool kBias>
-void gemm_impl(const GemmFormat& f, int64_t n, const std::byte* w, uint64_t w_stride,
-               int64_t n_w, const std::byte* x, uint64_t x_stride, int64_t n_x, float* y,
-               uint64_t y_stride) {
+void gemm_impl(const GemmFormat& f, int64_t n, const std::byte* w, uint64_t w_stride, int64_t n_w,
+               const std::byte* x, uint64_t x_stride, int64_t n_x, float* y, uint64_t y_stride) {
   constexpr int kGroups = kGemmUnit / kGV;
   const int64_t n_units = (n + kGemmUnit - 1) / kGemmUnit;
   const int64_t n_groups = n / kGV;
@@ -375,30 +425,9 @@ void gemm_impl(const GemmFormat& f, int64_t n, const std::byte* w, uint64_t w_st
       tile_kernel<kAct32, kGV, kBias, kCols>(packed, n_units, last_groups, x, x_stride, a, c0, yt,
                                              y_stride, mask);
     }
-    switch (n_x - c0) {
-      case 7:
-        tile_kernel<kAct32, kGV, kBias, 7>(packed, n_units, last_groups, x, x_stride, a, c0, yt, y_stride, mask);
-        break;
-      case 6:
-        tile_kernel<kAct32, kGV, kBias, 6>(packed, n_units, last_groups, x, x_stride, a, c0, yt, y_stride, mask);
-        break;
-      case 5:
-        tile_kernel<kAct32, kGV, kBias, 5>(packed, n_units, last_groups, x, x_stride, a, c0, yt, y_stride, mask);
-        break;
-      case 4:
-        tile_kernel<kAct32, kGV, kBias, 4>(packed, n_units, last_groups, x, x_stride, a, c0, yt, y_stride, mask);
-        break;
-      case 3:
-        tile_kernel<kAct32, kGV, kBias, 3>(packed, n_units, last_groups, x, x_stride, a, c0, yt, y_stride, mask);
-        break;
-      case 2:
-        tile_kernel<kAct32, kGV, kBias, 2>(packed, n_units, last_groups, x, x_stride, a, c0, yt, y_stride, mask);
-        break;
-      case 1:
-        tile_kernel<kAct32, kGV, kBias, 1>(packed, n_units, last_groups, x, x_stride, a, c0, yt, y_stride, mask);
-        break;
-      default:
-        break;
+    if (c0 < n_x) {
+      tile_tail<kAct32, kGV, kBias, kCols - 1>(static_cast<int>(n_x - c0), packed, n_units,
+                                               last_groups, x, x_stride, a, c0, yt, y_stride, mask);
     }
   }
 }
@@ -428,10 +457,18 @@ void gemm(const GemmFormat& f, int64_t n, const void* w, uint64_t w_stride, int6
 
 GemmUnpackFn gemm_unpacker(GgmlType weight) {
   switch (weight) {
-    case GgmlType::Q4_K: return unpack_q4_K;
-    case GgmlType::Q5_K: return unpack_q5_K;
-    case GgmlType::Q6_K: return unpack_q6_K;
-    case GgmlType::Q8_0: return unpack_q8_0;
+    case GgmlType::Q4_K:
+      return unpack_q4_K;
+    case GgmlType::Q5_K:
+      return unpack_q5_K;
+    case GgmlType::Q6_K:
+      return unpack_q6_K;
+    case GgmlType::Q8_0:
+      return unpack_q8_0;
+    case GgmlType::IQ4_XS:
+      return unpack_iq4_xs;
+    case GgmlType::MXFP4:
+      return unpack_mxfp4;
     default: {
       const GemmFormat* f = gemm_format(weight);
       return f ? f->unpack : nullptr;
@@ -456,15 +493,38 @@ void gemm_of(int64_t n, const void* w, uint64_t w_stride, int64_t n_w, const voi
 
 GemmFn gemm_kernel(GgmlType weight) {
   switch (weight) {
-    case GgmlType::Q4_K: return gemm_of<GgmlType::Q4_K>;
-    case GgmlType::Q5_K: return gemm_of<GgmlType::Q5_K>;
-    case GgmlType::Q6_K: return gemm_of<GgmlType::Q6_K>;
-    case GgmlType::Q2_K: return gemm_of<GgmlType::Q2_K>;
-    case GgmlType::Q3_K: return gemm_of<GgmlType::Q3_K>;
-    case GgmlType::IQ4_XS: return gemm_of<GgmlType::IQ4_XS>;
-    case GgmlType::Q8_0: return gemm_of<GgmlType::Q8_0>;
-    case GgmlType::MXFP4: return gemm_of<GgmlType::MXFP4>;
-    default: return nullptr;
+    case GgmlType::Q4_K:
+      return gemm_of<GgmlType::Q4_K>;
+    case GgmlType::Q5_K:
+      return gemm_of<GgmlType::Q5_K>;
+    case GgmlType::Q6_K:
+      return gemm_of<GgmlType::Q6_K>;
+    case GgmlType::Q2_K:
+      return gemm_of<GgmlType::Q2_K>;
+    case GgmlType::Q3_K:
+      return gemm_of<GgmlType::Q3_K>;
+    case GgmlType::IQ4_XS:
+      return gemm_of<GgmlType::IQ4_XS>;
+    case GgmlType::Q8_0:
+      return gemm_of<GgmlType::Q8_0>;
+    case GgmlType::MXFP4:
+      return gemm_of<GgmlType::MXFP4>;
+    case GgmlType::IQ2_XXS:
+      return gemm_of<GgmlType::IQ2_XXS>;
+    case GgmlType::IQ2_XS:
+      return gemm_of<GgmlType::IQ2_XS>;
+    case GgmlType::IQ2_S:
+      return gemm_of<GgmlType::IQ2_S>;
+    case GgmlType::IQ3_XXS:
+      return gemm_of<GgmlType::IQ3_XXS>;
+    case GgmlType::IQ3_S:
+      return gemm_of<GgmlType::IQ3_S>;
+    case GgmlType::IQ1_S:
+      return gemm_of<GgmlType::IQ1_S>;
+    case GgmlType::IQ1_M:
+      return gemm_of<GgmlType::IQ1_M>;
+    default:
+      return nullptr;
   }
 }
 

@@ -316,18 +316,26 @@ TEST(VecDotMulti, MatchesScalarPerRow) {
   }
 }
 
-// The GEMM against the scalar single-row kernel for every (weight row, activation row) pair: tile
+const GgmlType kGemmTypes[] = {
+    GgmlType::Q4_K,    GgmlType::Q5_K,   GgmlType::Q6_K,  GgmlType::Q2_K,  GgmlType::Q3_K,
+    GgmlType::IQ4_XS,  GgmlType::Q8_0,   GgmlType::MXFP4, GgmlType::IQ2_XXS, GgmlType::IQ2_XS,
+    GgmlType::IQ2_S,   GgmlType::IQ3_XXS, GgmlType::IQ3_S, GgmlType::IQ1_S, GgmlType::IQ1_M,
+};
+
+// The GEMM against the scalar single-row kernel (or, for types without one, the exact dot of the
+// dequantized values) for every (weight row, activation row) pair: tile
 // sizes below, at and above the 16-row tile, activation counts around the kernel's column block,
 // padded strides, and (for 32-value types) a row length that ends in a partial 256-value unit.
 TEST(Gemm, MatchesScalarVecDot) {
   if (!cpu_has_avx512()) GTEST_SKIP() << "CPU lacks AVX-512 F/BW/VL/VNNI";
   std::mt19937 rng(33);
-  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q2_K,
-                     GgmlType::Q3_K, GgmlType::IQ4_XS, GgmlType::Q8_0, GgmlType::MXFP4}) {
+  for (GgmlType t : kGemmTypes) {
     const DotKernels s = dot_kernels(t, Isa::Scalar);
     const DotKernels v = dot_kernels(t, Isa::Avx512);
     ASSERT_NE(v.gemm, nullptr) << type_name(t);
     ASSERT_NE(gemm_format(t), nullptr) << type_name(t);
+    // matmul hands the GEMM activations in the set's vec-dot format.
+    ASSERT_EQ(gemm_format(t)->act_type, v.vec_dot_type) << type_name(t);
     std::vector<int64_t> ns{256, 2048};
     if (type_traits(t).block_elems == kQK) ns.push_back(288);
     for (int64_t n : ns) {
@@ -344,7 +352,7 @@ TEST(Gemm, MatchesScalarVecDot) {
           }
           for (int64_t c = 0; c < n_x; ++c) {
             const auto x = random_activations(n, rng);
-            s.quantize(x.data(), xq.data() + c * x_stride, n);
+            v.quantize(x.data(), xq.data() + c * x_stride, n);
           }
           const uint64_t y_stride = static_cast<uint64_t>(n_w) + 3;
           std::vector<float> y(y_stride * n_x, -1.0f);
@@ -353,8 +361,10 @@ TEST(Gemm, MatchesScalarVecDot) {
             const uint8_t* xc = xq.data() + c * x_stride;
             const auto xf = dequantized(v.vec_dot_type, xc, n);
             for (int64_t r = 0; r < n_w; ++r) {
-              const float want = s.vec_dot(n, w.data() + r * w_stride, xc);
               const RefDot ref = ref_dot(wf[r].data(), xf.data(), n);
+              // Types without a scalar dot kernel: the exact dot of the dequantized values.
+              const float want = s.vec_dot ? s.vec_dot(n, w.data() + r * w_stride, xc)
+                                           : static_cast<float>(ref.value);
               ASSERT_NEAR(y[c * y_stride + r], want,
                           2 * float_tolerance(ref, n / type_traits(t).block_elems))
                   << type_name(t) << " n " << n << " n_w " << n_w << " n_x " << n_x << " row "
@@ -373,8 +383,7 @@ TEST(Gemm, MatchesScalarVecDot) {
 TEST(Gemm, Avx512UnpackersMatchPortable) {
   if (!cpu_has_avx512()) GTEST_SKIP() << "CPU lacks AVX-512 F/BW/VL/VNNI";
   std::mt19937 rng(34);
-  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q2_K,
-                     GgmlType::Q3_K, GgmlType::IQ4_XS, GgmlType::Q8_0, GgmlType::MXFP4}) {
+  for (GgmlType t : kGemmTypes) {
     const GemmFormat& f = *gemm_format(t);
     const GemmUnpackFn fast = avx512::gemm_unpacker(t);
     ASSERT_NE(fast, nullptr) << type_name(t);
@@ -390,6 +399,9 @@ TEST(Gemm, Avx512UnpackersMatchPortable) {
         EXPECT_EQ(0, std::memcmp(s0, s1, sizeof s0)) << type_name(t) << " unit " << unit;
         EXPECT_EQ(0, std::memcmp(b0, b1, sizeof b0)) << type_name(t) << " unit " << unit;
       }
+    }
+  }
+}
 
 // The lattice i-quants on blocks of uniformly random bits (every bit pattern is a valid block:
 // all grid indexes are in range), with only the half-precision scale set to a sane value, so that
