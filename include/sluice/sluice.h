@@ -22,7 +22,7 @@ namespace sluice {
 struct EngineOptions {
   std::string model_path;
   int n_threads = 0;          // 0: all cores
-  int n_ctx = 4096;           // per-session context (capped at the model's training context)
+  int n_ctx = 0;              // per-session context; 0: the training context, at most 4096 (larger: a warning)
   std::string experts = "auto";  // auto | ram | mmap | stream
   uint64_t cache_bytes = 0;      // expert cache for stream mode; 0: sized from the memory budget
   uint64_t mem_limit = 0;        // memory budget; 0: detected (cgroup limit, MemAvailable)
@@ -81,7 +81,7 @@ struct ModelInfo {
   std::string experts_detail;  // one line: reader, cache slots and size
   uint64_t resident_bytes = 0;  // non-routed weights
   uint64_t routed_bytes = 0;    // routed experts in the file
-  int n_ctx = 0;                // context of new sessions (the option capped at the training context)
+  int n_ctx = 0;                // context of new sessions (the option, or its default from the training context)
   uint64_t kv_bytes = 0;        // KV cache of one session at n_ctx (allocated as it fills)
   uint64_t memlock_limit = 0;   // RLIMIT_MEMLOCK; 0: unlimited
 };
@@ -103,7 +103,7 @@ class Engine {
   std::vector<int32_t> tokenize(std::string_view text, bool add_special, bool parse_special = false) const;
   std::string detokenize(std::span<const int32_t> tokens) const;
   bool is_eog(int32_t token) const;
-  // A session with its own KV cache of n_ctx tokens (0: EngineOptions::n_ctx; capped at the
+  // A session with its own KV cache of n_ctx tokens (0: the engine's n_ctx; not capped at the
   // training context). The expert-cache budget was planned for EngineOptions::n_ctx, so a much
   // larger n_ctx takes memory the plan did not count.
   std::unique_ptr<Session> new_session(int n_ctx = 0);

@@ -53,6 +53,9 @@ int cmd_run(int argc, char** argv) {
   std::fputc('\n', stdout);
   std::fflush(stdout);
   const int n_gen = static_cast<int>(r.tokens.size());
+  if (r.finish == FinishReason::kLength && n_gen < go.max_tokens)
+    fmt::print(stderr, "generation stopped after {} of {} tokens: the context of {} tokens is full (-c to enlarge it)\n", n_gen,
+               go.max_tokens, session->n_ctx());
   fmt::print(stderr, "prefill: {} tokens in {:.3f} s ({:.2f} t/s); decode: {} tokens in {:.3f} s ({:.2f} t/s)\n",
              r.n_prompt, r.prefill_seconds, r.n_prompt / std::max(r.prefill_seconds, 1e-9), n_gen,
              r.decode_seconds, n_gen / std::max(r.decode_seconds, 1e-9));

@@ -19,11 +19,16 @@ std::string default_model_path() {
   return rel.string();
 }
 
+void check_output(const std::string& path, bool force) {
+  if (!force && std::filesystem::exists(path)) fail("'{}' exists: refusing to overwrite it (--force replaces it)", path);
+}
+
 void add_model_flags(CLI::App& app, ModelFlags& f) {
   f.model = default_model_path();
   app.add_option("-m,--model", f.model, "GGUF model (first part of a split model)")->capture_default_str();
   app.add_option("-t,--threads", f.threads, "worker threads (0: all cores)")->check(CLI::Range(0, 1024));
-  app.add_option("-c,--ctx", f.ctx, "context size in tokens")->check(CLI::Range(1, 1 << 24))->capture_default_str();
+  app.add_option("-c,--ctx,--ctx-size", f.ctx, "context size in tokens (0: the model's trained context, at most 4096; larger: allowed with a warning)")
+      ->check(CLI::Range(0, 1 << 24))->capture_default_str();
   app.add_option("--experts", f.experts, "routed experts: auto, ram, mmap or stream")
       ->check(CLI::IsMember({"auto", "ram", "mmap", "stream"}))->capture_default_str();
   app.add_flag("--ssd-streaming", f.streaming, "stream routed experts from SSD (same as --experts stream)");

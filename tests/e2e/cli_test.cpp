@@ -70,3 +70,22 @@ TEST(Cli, BadInputsGivePreciseErrors) {
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.out.find("unknown command 'nosuchcommand'"), std::string::npos);
 }
+
+TEST(Cli, ContextPastTheTrainedLengthIsAllowedWithAWarningAndAFullContextIsReported) {
+  // The tiny model was trained at 128 positions.
+  Result r = run("run -m " + kModel + " -p \"In the beginning\" -n 150 --temp 0 -c 256");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("warning: context 256 exceeds the model's trained context 128"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("decode: 150 tokens"), std::string::npos) << r.out;
+  r = run("run -m " + kModel + " -p \"In the beginning\" -n 200 --temp 0");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out.find("warning: context"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("generation stopped after 125 of 200 tokens: the context of 128 tokens is full"), std::string::npos) << r.out;
+}
+
+TEST(Cli, BenchDefaultsFitTheModel) {
+  const Result r = run("bench -m " + kModel + " -r 1 --no-warmup -o csv");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("test of 512 tokens shortened to 127 to fit the context of 128"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("pp127"), std::string::npos) << r.out;
+}
