@@ -28,6 +28,10 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--api-key", so.api_key, "require 'Authorization: Bearer KEY' (or x-api-key)");
   app.add_option("--timeout", so.timeout_seconds, "seconds a request may take (0: none)")->check(CLI::Range(0.0, 1e9))->capture_default_str();
   app.add_option("--max-body", max_body, "largest request body, e.g. 4MiB (larger: 413)")->capture_default_str();
+  app.add_option("--cors", so.cors_origin, "allow browser requests from ORIGIN (\"*\": any origin)");
+  app.add_option("--shutdown-grace", so.shutdown_grace_seconds, "seconds running requests may finish after SIGTERM")->check(CLI::Range(0.0, 86400.0))->capture_default_str();
+  app.add_option("--read-timeout", so.request_read_seconds, "seconds a client may take to send a whole request")->check(CLI::Range(0.1, 3600.0))->capture_default_str();
+  app.add_option("--max-reading", so.max_reading, "connections that may be sending a request at once; more are refused")->check(CLI::Range(1, 4096))->capture_default_str();
   app.add_option("--alias", so.model_name, "model id reported by /v1/models (default: the file name)");
   SLUICE_PARSE(app, argc, argv);
   so.max_body_bytes = parse_byte_size(max_body, "--max-body");
