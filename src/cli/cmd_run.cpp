@@ -20,17 +20,12 @@ int cmd_run(int argc, char** argv) {
   std::string prompt, prompt_file;
   bool stats = false, no_bos = false;
   auto* p = app.add_option("-p,--prompt", prompt, "prompt text");
-  app.add_option("-f,--file", prompt_file, "read the prompt from a file")->excludes(p)->check(CLI::ExistingFile);
-  app.add_option("-n,--n-predict", go.max_tokens, "tokens to generate")->check(CLI::Range(0, 1 << 24))->capture_default_str();
+  app.add_option("-f,--file", prompt_file, "read the prompt from a file ('-': standard input)")->excludes(p)->check(stdin_or_file());
+  app.add_option("-n,--n-predict,--predict", go.max_tokens, "tokens to generate")->check(CLI::Range(0, 1 << 24))->capture_default_str();
   app.add_flag("--no-bos", no_bos, "do not add the model's BOS token");
   app.add_flag("--stats", stats, "print routing and expert-cache statistics at exit");
   SLUICE_PARSE(app, argc, argv);
-  if (!prompt_file.empty()) {
-    std::ifstream in(prompt_file, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    prompt = ss.str();
-  }
+  if (!prompt_file.empty()) prompt = read_text(prompt_file);
   if (prompt.empty()) fail("give a prompt with -p TEXT or -f FILE");
 
   auto engine = Engine::load(engine_options(mf));

@@ -22,7 +22,7 @@ int cmd_serve(int argc, char** argv) {
   std::string max_body = "4MiB";
   app.add_option("--host", so.host, "address to bind (default loopback only)")->capture_default_str();
   app.add_option("--port", so.port, "TCP port (0: any free port, printed at startup)")->check(CLI::Range(0, 65535))->capture_default_str();
-  app.add_option("--parallel", so.scheduler.n_parallel, "requests decoded together in one batch")->check(CLI::Range(1, 256))->capture_default_str();
+  app.add_option("--parallel", so.scheduler.n_parallel, "requests decoded together in one batch (also -np)")->check(CLI::Range(1, 256))->capture_default_str();
   app.add_option("--max-queue", so.scheduler.max_queue, "requests that may wait for a slot; more get 503")->check(CLI::Range(0, 4096))->capture_default_str();
   app.add_option("--prefill-chunk", so.scheduler.prefill_chunk, "prompt tokens evaluated per step (keeps running requests streaming)")->check(CLI::Range(1, 1 << 16))->capture_default_str();
   app.add_option("--api-key", so.api_key, "require 'Authorization: Bearer KEY' (or x-api-key)");

@@ -1,8 +1,13 @@
 // Shared model and sampling flags.
 #include "cli/options.h"
 
+#include <fmt/format.h>
+
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
 
 #include "core/error.h"
 #include "core/units.h"
@@ -17,6 +22,21 @@ std::string default_model_path() {
   if (std::filesystem::exists(src)) return src.string();
 #endif
   return rel.string();
+}
+
+CLI::Validator stdin_or_file() {
+  return CLI::Validator([](const std::string& s) { return s == "-" ? std::string() : CLI::ExistingFile(s); }, "FILE|-");
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream file;
+  if (path != "-") {
+    file.open(path, std::ios::binary);
+    if (!file) fail("cannot open '{}'", path);
+  }
+  std::stringstream ss;
+  ss << (path == "-" ? std::cin.rdbuf() : file.rdbuf());
+  return ss.str();
 }
 
 void check_output(const std::string& path, bool force) {
@@ -51,10 +71,17 @@ void add_sampling_flags(CLI::App& app, SamplingOptions& s) {
   app.add_option("--presence-penalty", s.presence_penalty, "presence penalty")->check(CLI::Range(-2.0, 2.0));
   app.add_option("--frequency-penalty", s.frequency_penalty, "frequency penalty")->check(CLI::Range(-2.0, 2.0));
   app.add_option("--repeat-last-n", s.penalty_last_n, "tokens the penalties look back over")->check(CLI::Range(0, 1 << 20));
-  app.add_option("--seed", s.seed, "random seed");
+  app.add_option("-s,--seed", s.seed, "random seed");
 }
 
 EngineOptions engine_options(const ModelFlags& f) {
+  // Contradictory flags are argument errors (exit 2), not something to resolve silently.
+  if (f.streaming && f.experts != "auto" && f.experts != "stream")
+    throw CLI::ValidationError("--ssd-streaming", fmt::format("streams experts, but --experts {} was also given", f.experts));
+  const std::string mode = f.streaming ? "stream" : f.experts;
+  if (!f.cache_size.empty() && (mode == "ram" || mode == "mmap"))
+    throw CLI::ValidationError("--ssd-streaming-cache-experts",
+                               fmt::format("sizes the streaming cache, which --experts {} does not use", mode));
   EngineOptions o;
   o.model_path = f.model;
   o.n_threads = f.threads;
@@ -62,6 +89,9 @@ EngineOptions engine_options(const ModelFlags& f) {
   o.experts = f.streaming ? "stream" : f.experts;
   if (!f.cache_size.empty()) o.cache_bytes = parse_byte_size(f.cache_size, "--ssd-streaming-cache-experts");
   if (!f.mem_limit.empty()) o.mem_limit = parse_byte_size(f.mem_limit, "--mem-limit");
+  if (o.cache_bytes > 0 && o.mem_limit > 0 && o.cache_bytes > o.mem_limit)
+    throw CLI::ValidationError("--ssd-streaming-cache-experts",
+                               fmt::format("{} is larger than --mem-limit {}", f.cache_size, f.mem_limit));
   o.cache_policy = f.policy;
   o.cold = f.cold;
   o.preload_experts = f.preload;

@@ -28,6 +28,9 @@ struct ModelFlags {
 void add_model_flags(CLI::App& app, ModelFlags& f);
 void add_sampling_flags(CLI::App& app, SamplingOptions& s);
 EngineOptions engine_options(const ModelFlags& f);
+// -f FILE validation that also accepts '-' (standard input), and the reader to match.
+CLI::Validator stdin_or_file();
+std::string read_text(const std::string& path);
 // Fails unless `path` does not exist yet or `force` (the --force flag) allows replacing it.
 void check_output(const std::string& path, bool force);
 // The model shipped with sluice: $SLUICE_MODEL, else models/sluice-tiny-moe.gguf next to the

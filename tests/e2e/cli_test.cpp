@@ -89,3 +89,38 @@ TEST(Cli, BenchDefaultsFitTheModel) {
   EXPECT_NE(r.out.find("test of 512 tokens shortened to 127 to fit the context of 128"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("pp127"), std::string::npos) << r.out;
 }
+
+TEST(Cli, FlagsSpelledAsInLlamaCppAndArgumentErrorsExit2NamingTheFlag) {
+  Result r = run("--version");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.out.rfind("sluice ", 0), 0u) << r.out;
+  // -f - reads standard input; -s and --predict are llama.cpp's --seed and -n.
+  const std::string prompt = testing::TempDir() + "/sluice-cli-prompt.txt";
+  std::ofstream(prompt) << "In the beginning";
+  r = run("run -m " + kModel + " -f - -s 3 --predict 4 --temp 0 < " + prompt);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("decode: 4 tokens"), std::string::npos) << r.out;
+  r = run("inspect -m " + kModel);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("qwen3moe"), std::string::npos) << r.out;
+  // -np goes to --parallel, whose range check names it.
+  r = run("serve -m " + kModel + " -np 0");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("sluice serve: --parallel: Value 0 not in range 1 to 256"), std::string::npos) << r.out;
+  r = run("run -m " + kModel + " -p hi --top-p 2");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("sluice run: --top-p: Value 2 not in range"), std::string::npos) << r.out;
+  r = run("run -m " + kModel + " -p hi --no-such-flag");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("sluice run: "), std::string::npos) << r.out;
+  // Contradictory flags.
+  r = run("run -m " + kModel + " -p hi --ssd-streaming --experts ram");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("sluice run: --ssd-streaming: streams experts, but --experts ram was also given"), std::string::npos) << r.out;
+  r = run("run -m " + kModel + " -p hi --experts mmap --ssd-streaming-cache-experts 1MiB");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("--ssd-streaming-cache-experts: sizes the streaming cache, which --experts mmap does not use"), std::string::npos) << r.out;
+  r = run("run -m " + kModel + " -p hi --experts stream --ssd-streaming-cache-experts 2GiB --mem-limit 1GiB");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("--ssd-streaming-cache-experts: 2GiB is larger than --mem-limit 1GiB"), std::string::npos) << r.out;
+}
