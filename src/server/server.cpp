@@ -18,7 +18,6 @@
 #include <array>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cctype>
 #include <ctime>
@@ -220,7 +219,8 @@ class Routes {
   size_t running() {
     std::lock_guard<std::mutex> lock(mutex_);
     size_t n = 0;
-    for (auto& w : running_) n += !w.expired() && !w.lock()->finished();
+    for (auto& w : running_)
+      if (auto h = w.lock()) n += !h->finished();
     return n;
   }
 
@@ -416,8 +416,8 @@ int serve(Engine& engine, const ServerOptions& o) {
       res.set_header("Access-Control-Max-Age", "600");
     });
   }
-  // Access log: UTC time, client, method, path, status and milliseconds since the request began to
-  // arrive (for a stream: until its headers were written).
+  // Access log: UTC time, client, method, path, status and milliseconds from the request's arrival
+  // to the end of the response (for a stream, its last event).
   svr.set_logger([&](const httplib::Request& req, const httplib::Response& res) {
     {
       std::lock_guard<std::mutex> lock(counters.mutex);
@@ -453,37 +453,33 @@ int serve(Engine& engine, const ServerOptions& o) {
   std::fflush(stdout);
 
   // SIGINT/SIGTERM are blocked in every thread; this one takes them, stops accepting (listen
-  // returns once every connection is done), and after the grace period ends what still runs.
+  // returns once every connection is done), and when the grace period is over, or at a second
+  // signal, ends what still runs.
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
-  std::mutex m;
-  std::condition_variable cv;
-  bool listen_done = false;
+  std::atomic<bool> listen_done{false};
   std::thread signals([&] {
     int sig = 0;
     sigwait(&set, &sig);
-    {
-      std::lock_guard<std::mutex> lock(m);
-      if (listen_done) return;
-    }
-    std::fprintf(stderr, "sluice serve: %s: no new connections; %zu running request(s) may finish within %g s\n",
+    if (listen_done) return;
+    std::fprintf(stderr, "sluice serve: %s: no new connections; %zu running request(s) may finish within %g s (again: end them now)\n",
                  sig == SIGTERM ? "SIGTERM" : "SIGINT", routes.running(), o.shutdown_grace_seconds);
     svr.stop_accepting();
-    std::unique_lock<std::mutex> lock(m);
-    if (!cv.wait_for(lock, std::chrono::duration<double>(std::max(0.0, o.shutdown_grace_seconds)), [&] { return listen_done; })) {
-      std::fprintf(stderr, "sluice serve: grace period over: ending %zu request(s)\n", routes.running());
-      routes.end_all();
+    const auto until = Clock::now() + std::chrono::duration<double>(std::max(0.0, o.shutdown_grace_seconds));
+    const timespec tick{0, 100'000'000};
+    while (!listen_done) {
+      if (sigtimedwait(&set, nullptr, &tick) > 0 || Clock::now() >= until) {
+        if (!listen_done) std::fprintf(stderr, "sluice serve: ending %zu request(s)\n", routes.running());
+        routes.end_all();
+        return;
+      }
     }
   });
   const bool ok = svr.listen_after_bind() || svr.draining();  // a drained listen reports an accept error
   svr.stop();
-  {
-    std::lock_guard<std::mutex> lock(m);
-    listen_done = true;
-  }
-  cv.notify_all();
+  listen_done = true;
   pthread_kill(signals.native_handle(), SIGTERM);  // wakes sigwait when listen ended on its own
   signals.join();
   std::fprintf(stderr, "sluice serve: stopped\n");

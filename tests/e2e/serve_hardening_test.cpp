@@ -200,3 +200,30 @@ TEST(ServeShutdown, SigtermLetsShortRequestsFinishAndEndsLongStreamsWithAnError)
   EXPECT_EQ(s.j()["usage"]["completion_tokens"], 300);
   EXPECT_EQ(connect_to(server.port()), -1) << "still accepting after SIGTERM";
 }
+
+TEST(ServeShutdown, ASecondSigtermEndsStreamsWithoutWaitingForTheGracePeriod) {
+  Server server({"--shutdown-grace", "60", "-c", "8192"});
+  ASSERT_GT(server.port(), 0) << "server did not start; log: " << server.log();
+  const int fd = connect_to(server.port());
+  ASSERT_GE(fd, 0);
+  const std::string req = request_text("POST", "/v1/completions", kEndless + R"(,"stream":true})", "");
+  ASSERT_EQ(send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+  std::string got;
+  char buf[4096];
+  while (got.find("data: {") == std::string::npos) {
+    const ssize_t n = recv(fd, buf, sizeof buf, 0);
+    ASSERT_GT(n, 0);
+    got.append(buf, n);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  kill(server.pid(), SIGTERM);
+  std::this_thread::sleep_for(300ms);
+  kill(server.pid(), SIGTERM);
+  ssize_t n;
+  while ((n = recv(fd, buf, sizeof buf, 0)) > 0) got.append(buf, n);
+  close(fd);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
+  const std::string body = dechunk(got.substr(got.find("\r\n\r\n") + 4));
+  EXPECT_NE(body.find(R"("code":"server_shutdown")"), std::string::npos);
+  EXPECT_NE(body.find("data: [DONE]"), std::string::npos);
+}
