@@ -28,7 +28,7 @@ int ms_until(Clock::time_point t) {
 struct Connection {
   int sock = -1;
   std::atomic<int>* reading = nullptr;
-  bool counted = false;  // counted in *reading
+  bool counted = false;       // counted in *reading
   Clock::time_point started;  // of the current request
   void stop_reading() {
     if (counted) reading->fetch_sub(1);
@@ -40,10 +40,12 @@ thread_local Connection* t_connection = nullptr;
 void peer_address(int sock, bool local, std::string& ip, int& port) {
   sockaddr_storage a{};
   socklen_t len = sizeof a;
-  if ((local ? getsockname(sock, reinterpret_cast<sockaddr*>(&a), &len) : getpeername(sock, reinterpret_cast<sockaddr*>(&a), &len)) != 0)
+  if ((local ? getsockname(sock, reinterpret_cast<sockaddr*>(&a), &len)
+             : getpeername(sock, reinterpret_cast<sockaddr*>(&a), &len)) != 0)
     return;
   char host[NI_MAXHOST], serv[NI_MAXSERV];
-  if (getnameinfo(reinterpret_cast<sockaddr*>(&a), len, host, sizeof host, serv, sizeof serv, NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+  if (getnameinfo(reinterpret_cast<sockaddr*>(&a), len, host, sizeof host, serv, sizeof serv,
+                  NI_NUMERICHOST | NI_NUMERICSERV) != 0)
     return;
   ip = host;
   port = std::atoi(serv);
@@ -52,7 +54,8 @@ void peer_address(int sock, bool local, std::string& ip, int& port) {
 // A buffered socket stream whose reads fail once the current request's deadline has passed.
 class DeadlineStream : public httplib::Stream {
  public:
-  DeadlineStream(Connection& c, std::chrono::milliseconds write_timeout) : c_(c), write_timeout_(write_timeout) {}
+  DeadlineStream(Connection& c, std::chrono::milliseconds write_timeout)
+      : c_(c), write_timeout_(write_timeout) {}
   void set_deadline(Clock::time_point t) { deadline_ = t; }
 
   bool is_readable() const override {
@@ -62,7 +65,8 @@ class DeadlineStream : public httplib::Stream {
   }
   bool is_writable() const override {
     pollfd p{c_.sock, POLLOUT, 0};
-    return poll(&p, 1, static_cast<int>(write_timeout_.count())) > 0 && HttpServer::client_connected();
+    return poll(&p, 1, static_cast<int>(write_timeout_.count())) > 0 &&
+           HttpServer::client_connected();
   }
   ssize_t read(char* ptr, size_t size) override {
     if (off_ == len_) {
@@ -89,8 +93,12 @@ class DeadlineStream : public httplib::Stream {
     }
     return static_cast<ssize_t>(size);
   }
-  void get_remote_ip_and_port(std::string& ip, int& port) const override { peer_address(c_.sock, false, ip, port); }
-  void get_local_ip_and_port(std::string& ip, int& port) const override { peer_address(c_.sock, true, ip, port); }
+  void get_remote_ip_and_port(std::string& ip, int& port) const override {
+    peer_address(c_.sock, false, ip, port);
+  }
+  void get_local_ip_and_port(std::string& ip, int& port) const override {
+    peer_address(c_.sock, true, ip, port);
+  }
   int socket() const override { return c_.sock; }
 
  private:
@@ -115,14 +123,16 @@ HttpServer::HttpServer(const ConnectionLimits& limits) : limits_(limits) {
 int HttpServer::bind(const std::string& host, int port, std::string& error) {
   const int got = port == 0 ? bind_to_any_port(host) : (bind_to_port(host, port) ? port : -1);
   if (got > 0) {
-    ::listen(svr_sock_, limits_.backlog);  // re-listening on a bound socket only changes the backlog
+    ::listen(svr_sock_,
+             limits_.backlog);  // re-listening on a bound socket only changes the backlog
     return got;
   }
   // httplib does not say why; one plain bind attempt does.
   addrinfo hints{}, *res = nullptr;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE;
-  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || res == nullptr) {
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 ||
+      res == nullptr) {
     error = fmt::format("cannot resolve host '{}'", host);
     return -1;
   }
@@ -134,7 +144,8 @@ int HttpServer::bind(const std::string& host, int port, std::string& error) {
   close(sock);
   freeaddrinfo(res);
   if (rc != 0 && err == EADDRINUSE)
-    error = fmt::format("port {} is in use (another server is listening on {}:{})", port, host, port);
+    error =
+        fmt::format("port {} is in use (another server is listening on {}:{})", port, host, port);
   else if (rc != 0)
     error = fmt::format("cannot listen on {}:{}: {}", host, port, std::strerror(err));
   else
@@ -175,7 +186,9 @@ bool HttpServer::process_and_close_socket(int sock) {
     // Too many connections are still sending their request: refuse this one rather than let slow
     // clients take every worker thread.
     reading_.fetch_sub(1);
-    static const char kBusy[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\nRetry-After: 1\r\n\r\n";
+    static const char kBusy[] =
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: "
+        "close\r\nRetry-After: 1\r\n\r\n";
     send(sock, kBusy, sizeof kBusy - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
     ::shutdown(sock, SHUT_RDWR);
     close(sock);

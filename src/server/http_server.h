@@ -22,8 +22,9 @@ namespace sluice::server {
 struct ConnectionLimits {
   std::chrono::milliseconds request_read_deadline{10000};  // header and body of one request
   std::chrono::milliseconds write_timeout{60000};
-  std::chrono::milliseconds keep_alive_timeout{5000};  // idle time between requests on one connection
-  int max_reading = 256;                               // connections reading a request at once
+  std::chrono::milliseconds keep_alive_timeout{
+      5000};              // idle time between requests on one connection
+  int max_reading = 256;  // connections reading a request at once
   int backlog = 1024;
 };
 

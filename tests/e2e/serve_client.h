@@ -2,11 +2,9 @@
 // wire are what is checked) and the server as a child process on a free loopback port.
 #pragma once
 
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
-
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -15,6 +13,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -23,7 +22,6 @@
 #include "../unit/test_util.h"
 
 namespace sluice::test::serve {
-
 
 using json = nlohmann::json;
 using namespace std::chrono_literals;
@@ -50,11 +48,13 @@ inline int connect_to(int port) {
   return fd;
 }
 
-inline std::string request_text(const std::string& method, const std::string& path, const std::string& body,
-                         const std::string& auth) {
+inline std::string request_text(const std::string& method, const std::string& path,
+                                const std::string& body, const std::string& auth) {
   std::string r = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n";
   if (!auth.empty()) r += "Authorization: Bearer " + auth + "\r\n";
-  if (method == "POST") r += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+  if (method == "POST")
+    r +=
+        "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
   return r + "\r\n" + body;
 }
 
@@ -98,8 +98,8 @@ inline Http raw_http(int port, const std::string& req) {
 }
 
 // One request on a fresh connection, read to EOF.
-inline Http http(int port, const std::string& method, const std::string& path, const std::string& body = "",
-          const std::string& auth = kKey) {
+inline Http http(int port, const std::string& method, const std::string& path,
+                 const std::string& body = "", const std::string& auth = kKey) {
   return raw_http(port, request_text(method, path, body, auth));
 }
 
@@ -108,7 +108,9 @@ class Server {
  public:
   explicit Server(std::vector<std::string> args) {
     args.insert(args.begin(), {SLUICE_BIN, "serve", "-m", kModel, "--port", "0", "-t", "1"});
-    log_ = (sluice::test::scratch_dir() / ("serve-" + std::to_string(reinterpret_cast<uintptr_t>(this)) + ".log")).string();
+    log_ = (sluice::test::scratch_dir() /
+            ("serve-" + std::to_string(reinterpret_cast<uintptr_t>(this)) + ".log"))
+               .string();
     int out[2];
     if (pipe(out) != 0) return;
     pid_ = fork();
@@ -126,7 +128,10 @@ class Server {
     close(out[1]);
     std::string text;
     const std::string marker = "listening on http://";
-    auto listening = [&] { return text.find(marker) != std::string::npos && text.find('\n', text.find(marker)) != std::string::npos; };
+    auto listening = [&] {
+      return text.find(marker) != std::string::npos &&
+             text.find('\n', text.find(marker)) != std::string::npos;
+    };
     const auto until = std::chrono::steady_clock::now() + 60s;
     while (!listening() && std::chrono::steady_clock::now() < until) {
       pollfd p{out[0], POLLIN, 0};
@@ -137,8 +142,10 @@ class Server {
       text.append(buf, n);
     }
     close(out[0]);
-    if (listening()) port_ = std::atoi(text.c_str() + text.rfind(':', text.find('\n', text.find(marker))) + 1);
-    while (port_ > 0 && std::chrono::steady_clock::now() < until && http(port_, "GET", "/health").status != 200)
+    if (listening())
+      port_ = std::atoi(text.c_str() + text.rfind(':', text.find('\n', text.find(marker))) + 1);
+    while (port_ > 0 && std::chrono::steady_clock::now() < until &&
+           http(port_, "GET", "/health").status != 200)
       std::this_thread::sleep_for(50ms);
   }
   ~Server() {
@@ -146,7 +153,8 @@ class Server {
     kill(pid_, SIGTERM);
     int st = 0;
     waitpid(pid_, &st, 0);
-    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "server did not stop cleanly; log: " << log_;
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0)
+        << "server did not stop cleanly; log: " << log_;
   }
   int port() const { return port_; }
   pid_t pid() const { return pid_; }
@@ -165,13 +173,15 @@ inline json metrics(int port) {
   std::string line;
   while (std::getline(in, line)) {
     const size_t sp = line.find(' ');
-    if (line.rfind("sluice_", 0) == 0 && sp != std::string::npos && line.find('{') == std::string::npos)
+    if (line.rfind("sluice_", 0) == 0 && sp != std::string::npos &&
+        line.find('{') == std::string::npos)
       m[line.substr(0, sp)] = std::stod(line.substr(sp + 1));
   }
   return m;
 }
 
-inline void expect_error(const Http& h, int status, const std::string& param, const std::string& code = "") {
+inline void expect_error(const Http& h, int status, const std::string& param,
+                         const std::string& code = "") {
   EXPECT_EQ(h.status, status) << h.body;
   const json j = h.j();
   ASSERT_TRUE(j.contains("error")) << h.body;
