@@ -24,7 +24,7 @@ namespace sluice {
 struct EngineOptions {
   std::string model_path;
   int n_threads = 0;          // 0: one per physical core available to the process
-  int n_ctx = 4096;           // per-session context (capped at the model's training context)
+  int n_ctx = 0;              // per-session context; 0: the training context, at most 4096 (larger: a warning)
   int kv_slots = 1;           // sequences the memory plan reserves a full KV cache for (serve: --parallel)
   ExpertMode experts = ExpertMode::kAuto;
   uint64_t cache_bytes = 0;      // expert cache for stream mode; 0: sized from the memory budget
@@ -85,7 +85,7 @@ struct ModelInfo {
   uint64_t resident_bytes = 0;  // non-routed weights
   uint64_t routed_bytes = 0;    // routed experts in the file
   uint64_t expert_cache_bytes = 0;  // stream mode: the expert cache the memory plan chose; else 0
-  int n_ctx = 0;                // context of new sessions (the option capped at the training context)
+  int n_ctx = 0;                // context of new sessions (the option, or its default from the training context)
   uint64_t kv_bytes = 0;        // KV cache of kv_slots sequences at n_ctx (allocated as it fills)
   uint64_t memlock_limit = 0;   // RLIMIT_MEMLOCK; 0: unlimited
 };
@@ -109,7 +109,7 @@ class Engine {
   std::vector<int32_t> tokenize(std::string_view text, bool add_special, bool parse_special = false) const;
   std::string detokenize(std::span<const int32_t> tokens) const;
   bool is_eog(int32_t token) const;
-  // A session with its own KV cache of n_ctx tokens (0: EngineOptions::n_ctx; capped at the
+  // A session with its own KV cache of n_ctx tokens (0: the engine's n_ctx; not capped at the
   // training context). The expert-cache budget was planned for EngineOptions::n_ctx, so a much
   // larger n_ctx takes memory the plan did not count.
   std::unique_ptr<Session> new_session(int n_ctx = 0);

@@ -113,9 +113,10 @@ void ChatRepl::command(const std::string& name, const std::string& arg) {
     n = static_cast<int>(v);
     session_.reset();  // free the old KV cache before allocating the new one
     session_ = engine_.new_session(n);
+    const int n_train = engine_.info().n_ctx_train;
     out_ << fmt::format("context is now {} tokens{}: new session, the cache is empty; the conversation ({} messages) "
                         "is kept and evaluated again next turn\n",
-                        session_->n_ctx(), session_->n_ctx() < n ? " (capped at the training context)" : "",
+                        session_->n_ctx(), n_train > 0 && n > n_train ? fmt::format(" (beyond the trained {}: output may degrade)", n_train) : "",
                         messages_.size());
   } else if (name == "/read") {
     if (arg.empty()) {

@@ -123,19 +123,33 @@ int cmd_bench(int argc, char** argv) {
   app.add_option("-o,--output", format, "table, csv or json")->check(CLI::IsMember({"table", "csv", "json"}))->capture_default_str();
   app.add_flag("--no-warmup", no_warmup, "skip the warm-up pass");
   SLUICE_PARSE(app, argc, argv);
-  const std::vector<int> pps = parse_list(pp_list, "--n-prompt");
-  const std::vector<int> tgs = parse_list(tg_list, "--n-gen");
+  std::vector<int> pps = parse_list(pp_list, "--n-prompt");
+  std::vector<int> tgs = parse_list(tg_list, "--n-gen");
   if (pps.empty() && tgs.empty()) fail("nothing to measure: give -p and/or -n with a count above 0");
 
+  // Without -p/-n the default tests are shortened to fit the context (-c, default the model's);
+  // tests given explicitly must fit it, or -c must make room (past the trained length: a warning).
+  const bool defaults = app.count("--n-prompt") == 0 && app.count("--n-gen") == 0;
   EngineOptions eo = engine_options(mf);
   int longest = 2;
   for (int n : pps) longest = std::max(longest, n + 1);
   for (int n : tgs) longest = std::max(longest, n + 2);
-  if (eo.n_ctx < longest) eo.n_ctx = longest;
+  if (!defaults && mf.ctx == 0) eo.n_ctx = longest;
   auto engine = Engine::load(eo);
   const ModelInfo& mi = engine->info();
-  if (longest > mi.n_ctx_train && mi.n_ctx_train > 0)
-    fail("the longest test needs {} positions; the model's context is {}", longest, mi.n_ctx_train);
+  if (defaults) {
+    for (auto* list : {&pps, &tgs}) {
+      const int room = mi.n_ctx - (list == &pps ? 1 : 2);
+      for (int& n : *list)
+        if (n > room) {
+          fmt::print(stderr, "bench: test of {} tokens shortened to {} to fit the context of {} (-c, -p, -n to choose)\n", n, room, mi.n_ctx);
+          n = room;
+        }
+      list->erase(std::unique(list->begin(), list->end()), list->end());
+    }
+  } else if (longest > mi.n_ctx) {
+    fail("the longest test needs {} positions; the context is {} (-c to enlarge it)", longest, mi.n_ctx);
+  }
   fmt::print(stderr, "model: {} ({}, {} layers, {} experts top-{}), {:.2f} GB, loaded in {:.2f} s\n", mf.model,
              mi.architecture, mi.n_layer, mi.n_expert, mi.n_expert_used, mi.file_bytes / 1e9, engine->load_seconds());
   fmt::print(stderr, "experts: {}\n", mi.experts_detail);

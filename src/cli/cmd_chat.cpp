@@ -35,9 +35,9 @@ int cmd_chat(int argc, char** argv) {
   chat::ChatConfig cfg;
   cfg.generate.max_tokens = 1024;
   add_sampling_flags(app, cfg.generate.sampling);
-  app.add_option("-n,--n-predict", cfg.generate.max_tokens, "most tokens per reply")
+  app.add_option("-n,--n-predict,--predict", cfg.generate.max_tokens, "most tokens per reply")
       ->check(CLI::Range(1, 1 << 24))->capture_default_str();
-  app.add_option("--system", cfg.system, "system prompt");
+  app.add_option("--system", cfg.system, "system prompt (also -sys)");
   bool no_history = false;
   app.add_flag("--no-history", no_history, "do not read or write the history file");
   SLUICE_PARSE(app, argc, argv);

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "core/error.h"
 #include "model/gen/gen_model.h"
 
@@ -31,7 +32,9 @@ int cmd_gen_model(int argc, char** argv) {
   GenSpec o;  // flag values; applied over the preset only when given
   std::string type_experts, type_experts_down, mixed_experts, type_attn, type_embd, type_output, type_dense;
   app.add_option("--preset", preset, "model to imitate (see the list above)")->required();
-  app.add_option("-o,--output", out, "GGUF file to write")->required();
+  app.add_option("-o,--output", out, "GGUF file to write (through a temporary file renamed into place)")->required();
+  bool force = false;
+  app.add_flag("--force", force, "replace an existing output file");
   auto* layers = app.add_option("--layers", o.n_layer, "number of layers");
   auto* experts = app.add_option("--experts", o.n_expert, "routed experts per layer");
   auto* used = app.add_option("--experts-used", o.n_expert_used, "experts used per token");
@@ -118,6 +121,7 @@ int cmd_gen_model(int argc, char** argv) {
   s.legacy_experts = legacy;
   s.vocab_from = vocab_from->count() ? o.vocab_from : default_vocab(SLUICE_SOURCE_DIR);
 
+  check_output(out, force);
   const GenResult r = write_random_model(s, out);
   const double gib = static_cast<double>(r.bytes) / (1ull << 30);
   fmt::print("wrote {}: {} {} layers, {} tensors, {:.2f} GiB in {:.1f} s ({:.2f} GB/s)\n", out, s.arch, s.n_layer,

@@ -223,7 +223,9 @@ int cmd_inspect(int argc, char** argv) {
   SizingOptions opts;
   int64_t ctx = 0;
   bool json = false, metadata = false, measure_disk = false;
-  app.add_option("model", path, "GGUF file (first part of a split model)")->required();
+  auto* positional = app.add_option("model", path, "GGUF file (first part of a split model)");
+  auto* flag = app.add_option("-m,--model", path, "the same, as a flag (as run and serve take it)")->excludes(positional);
+  positional->excludes(flag);
   app.add_option("--ram", ram_text, "RAM to plan for, e.g. 32GB or 24GiB (default: memory available now)");
   app.add_option("--ctx", ctx, "context length for the KV-cache estimate (default: the model's, at most 4096)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
@@ -237,6 +239,7 @@ int cmd_inspect(int argc, char** argv) {
   app.add_flag("--json", json, "print JSON instead of tables");
   app.add_flag("--metadata", metadata, "also list every metadata key");
   SLUICE_PARSE(app, argc, argv);
+  if (path.empty()) throw CLI::RequiredError("MODEL (as an argument or -m)");
 
   if (!ram_text.empty()) opts.ram = parse_byte_size(ram_text, "--ram");
   if (ctx > 0) opts.ctx = ctx;

@@ -22,6 +22,7 @@
 #include <set>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "core/error.h"
 #include "gguf/writer.h"
 
@@ -176,8 +177,11 @@ int cmd_pack_gguf(int argc, char** argv) {
   CLI::App app{"Write a GGUF file from a JSON manifest of metadata and raw tensor bytes", "sluice pack-gguf"};
   std::string manifest_path, out_path;
   app.add_option("manifest", manifest_path, "JSON manifest (see tools/train-tiny-moe/export.py)")->required();
-  app.add_option("-o,--output", out_path, "GGUF file to write")->required();
+  app.add_option("-o,--output", out_path, "GGUF file to write (through a temporary file renamed into place)")->required();
+  bool force = false;
+  app.add_flag("--force", force, "replace an existing output file");
   SLUICE_PARSE(app, argc, argv);
+  check_output(out_path, force);
 
   std::ifstream in(manifest_path);
   if (!in) fail("cannot open manifest '{}'", manifest_path);

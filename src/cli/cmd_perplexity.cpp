@@ -24,20 +24,18 @@ int cmd_perplexity(int argc, char** argv) {
   std::string path;
   int window = 128, stride = 64;
   bool bos = false, json = false;
-  app.add_option("-f,--file", path, "text file")->required()->check(CLI::ExistingFile);
+  app.add_option("-f,--file", path, "text file ('-': standard input)")->required()->check(stdin_or_file());
   app.add_option("--window", window, "tokens per window")->check(CLI::Range(2, 1 << 20))->capture_default_str();
   app.add_option("--stride", stride, "tokens between window starts")->check(CLI::Range(1, 1 << 20))->capture_default_str();
   app.add_flag("--bos", bos, "prepend the model's BOS token to the text");
   app.add_flag("--json", json, "print the result as JSON");
   SLUICE_PARSE(app, argc, argv);
-  if (stride > window) fail("--stride {} is larger than --window {}", stride, window);
+  if (stride > window) throw CLI::ValidationError("--stride", fmt::format("{} is larger than --window {}", stride, window));
 
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
+  const std::string text = read_text(path);
   mf.ctx = std::max(mf.ctx, window);
   auto engine = Engine::load(engine_options(mf));
-  const std::vector<int32_t> ids = engine->tokenize(ss.str(), bos);
+  const std::vector<int32_t> ids = engine->tokenize(text, bos);
   const int n = static_cast<int>(ids.size());
   if (n < 2) fail("{}: {} tokens; need at least 2 to score", path, n);
   const int n_vocab = engine->info().n_vocab;

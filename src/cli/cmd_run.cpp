@@ -20,17 +20,12 @@ int cmd_run(int argc, char** argv) {
   std::string prompt, prompt_file;
   bool stats = false, no_bos = false;
   auto* p = app.add_option("-p,--prompt", prompt, "prompt text");
-  app.add_option("-f,--file", prompt_file, "read the prompt from a file")->excludes(p)->check(CLI::ExistingFile);
-  app.add_option("-n,--n-predict", go.max_tokens, "tokens to generate")->check(CLI::Range(0, 1 << 24))->capture_default_str();
+  app.add_option("-f,--file", prompt_file, "read the prompt from a file ('-': standard input)")->excludes(p)->check(stdin_or_file());
+  app.add_option("-n,--n-predict,--predict", go.max_tokens, "tokens to generate")->check(CLI::Range(0, 1 << 24))->capture_default_str();
   app.add_flag("--no-bos", no_bos, "do not add the model's BOS token");
   app.add_flag("--stats", stats, "print routing and expert-cache statistics at exit");
   SLUICE_PARSE(app, argc, argv);
-  if (!prompt_file.empty()) {
-    std::ifstream in(prompt_file, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    prompt = ss.str();
-  }
+  if (!prompt_file.empty()) prompt = read_text(prompt_file);
   if (prompt.empty()) fail("give a prompt with -p TEXT or -f FILE");
 
   auto engine = Engine::load(engine_options(mf));
@@ -53,6 +48,9 @@ int cmd_run(int argc, char** argv) {
   std::fputc('\n', stdout);
   std::fflush(stdout);
   const int n_gen = static_cast<int>(r.tokens.size());
+  if (r.finish == FinishReason::kLength && n_gen < go.max_tokens)
+    fmt::print(stderr, "generation stopped after {} of {} tokens: the context of {} tokens is full (-c to enlarge it)\n", n_gen,
+               go.max_tokens, session->n_ctx());
   fmt::print(stderr, "prefill: {} tokens in {:.3f} s ({:.2f} t/s); decode: {} tokens in {:.3f} s ({:.2f} t/s)\n",
              r.n_prompt, r.prefill_seconds, r.n_prompt / std::max(r.prefill_seconds, 1e-9), n_gen,
              r.decode_seconds, n_gen / std::max(r.decode_seconds, 1e-9));

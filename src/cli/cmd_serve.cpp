@@ -22,12 +22,16 @@ int cmd_serve(int argc, char** argv) {
   std::string max_body = "4MiB";
   app.add_option("--host", so.host, "address to bind (default loopback only)")->capture_default_str();
   app.add_option("--port", so.port, "TCP port (0: any free port, printed at startup)")->check(CLI::Range(0, 65535))->capture_default_str();
-  app.add_option("--parallel", so.scheduler.n_parallel, "requests decoded together in one batch")->check(CLI::Range(1, 256))->capture_default_str();
+  app.add_option("--parallel", so.scheduler.n_parallel, "requests decoded together in one batch (also -np)")->check(CLI::Range(1, 256))->capture_default_str();
   app.add_option("--max-queue", so.scheduler.max_queue, "requests that may wait for a slot; more get 503")->check(CLI::Range(0, 4096))->capture_default_str();
   app.add_option("--prefill-chunk", so.scheduler.prefill_chunk, "prompt tokens evaluated per step (keeps running requests streaming)")->check(CLI::Range(1, 1 << 16))->capture_default_str();
   app.add_option("--api-key", so.api_key, "require 'Authorization: Bearer KEY' (or x-api-key)");
   app.add_option("--timeout", so.timeout_seconds, "seconds a request may take (0: none)")->check(CLI::Range(0.0, 1e9))->capture_default_str();
   app.add_option("--max-body", max_body, "largest request body, e.g. 4MiB (larger: 413)")->capture_default_str();
+  app.add_option("--cors", so.cors_origin, "allow browser requests from ORIGIN (\"*\": any origin)");
+  app.add_option("--shutdown-grace", so.shutdown_grace_seconds, "seconds running requests may finish after SIGTERM")->check(CLI::Range(0.0, 86400.0))->capture_default_str();
+  app.add_option("--read-timeout", so.request_read_seconds, "seconds a client may take to send a whole request")->check(CLI::Range(0.1, 3600.0))->capture_default_str();
+  app.add_option("--max-reading", so.max_reading, "connections that may be sending a request at once; more are refused")->check(CLI::Range(1, 4096))->capture_default_str();
   app.add_option("--alias", so.model_name, "model id reported by /v1/models (default: the file name)");
   SLUICE_PARSE(app, argc, argv);
   so.max_body_bytes = parse_byte_size(max_body, "--max-body");

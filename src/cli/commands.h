@@ -1,17 +1,18 @@
 // The `sluice` subcommands. Each lives in its own cmd_*.cpp, parses its own flags with CLI11 and
 // returns a process exit code; main() dispatches on the first argument and turns any
-// sluice::Error into a one-line message and exit code 1.
+// sluice::Error into a one-line message and exit code 1 (argument errors: exit code 2).
 #pragma once
 
 #include <CLI/CLI.hpp>
 
-// Parses argv into `app`; prints help or the flag error (naming the flag) and returns from the
-// calling command with CLI11's exit code.
-#define SLUICE_PARSE(app, argc, argv)   \
-  try {                                 \
-    (app).parse((argc), (argv));        \
-  } catch (const CLI::ParseError& e) {  \
-    return (app).exit(e);               \
+// Parses argv into `app`. --help prints and returns 0 from the calling command; a flag error
+// (naming the flag) propagates to main(), which prints it as "sluice CMD: ..." and exits 2.
+#define SLUICE_PARSE(app, argc, argv)       \
+  try {                                     \
+    (app).parse((argc), (argv));            \
+  } catch (const CLI::ParseError& e) {      \
+    if (e.get_exit_code() != 0) throw;      \
+    return (app).exit(e);                   \
   }
 
 namespace sluice::cli {

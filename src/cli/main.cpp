@@ -1,10 +1,12 @@
-// `sluice` entry point: subcommand dispatch and top-level error reporting.
+// `sluice` entry point: subcommand dispatch, --version, llama.cpp flag spellings and top-level
+// error reporting (argument errors exit 2, other errors 1, each prefixed with `sluice CMD:`).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <string_view>
+#include <utility>
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -33,6 +35,9 @@ constexpr Command kCommands[] = {
     {"bench", "measure prefill and decode tokens/s (llama-bench style)", sluice::cli::cmd_bench},
 };
 
+// llama.cpp spellings CLI11 cannot declare (several letters after one dash), rewritten to ours.
+constexpr std::pair<std::string_view, const char*> kAliases[] = {{"-np", "--parallel"}, {"-sys", "--system"}};
+
 void usage() {
   std::fprintf(stderr, "usage: sluice COMMAND [options]   (sluice COMMAND --help for details)\n\ncommands:\n");
   for (const auto& c : kCommands) std::fprintf(stderr, "  %-16s %s\n", c.name, c.summary);
@@ -45,6 +50,13 @@ int main(int argc, char** argv) {
     usage();
     return argc < 2 ? 2 : 0;
   }
+  if (std::strcmp(argv[1], "--version") == 0 || std::strcmp(argv[1], "version") == 0) {
+    std::printf("sluice %s\n", SLUICE_VERSION);
+    return 0;
+  }
+  for (int i = 2; i < argc; ++i)
+    for (const auto& [from, to] : kAliases)
+      if (argv[i] == from) argv[i] = const_cast<char*>(to);
   for (const auto& c : kCommands) {
     if (std::string_view(argv[1]) != c.name) continue;
     try {

@@ -1,8 +1,13 @@
 // Shared model and sampling flags.
 #include "cli/options.h"
 
+#include <fmt/format.h>
+
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
 
 #include "core/error.h"
 #include "core/units.h"
@@ -19,11 +24,31 @@ std::string default_model_path() {
   return rel.string();
 }
 
+CLI::Validator stdin_or_file() {
+  return CLI::Validator([](const std::string& s) { return s == "-" ? std::string() : CLI::ExistingFile(s); }, "FILE|-");
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream file;
+  if (path != "-") {
+    file.open(path, std::ios::binary);
+    if (!file) fail("cannot open '{}'", path);
+  }
+  std::stringstream ss;
+  ss << (path == "-" ? std::cin.rdbuf() : file.rdbuf());
+  return ss.str();
+}
+
+void check_output(const std::string& path, bool force) {
+  if (!force && std::filesystem::exists(path)) fail("'{}' exists: refusing to overwrite it (--force replaces it)", path);
+}
+
 void add_model_flags(CLI::App& app, ModelFlags& f) {
   f.model = default_model_path();
   app.add_option("-m,--model", f.model, "GGUF model (first part of a split model)")->capture_default_str();
   app.add_option("-t,--threads", f.threads, "worker threads (0: one per physical core available to the process)")->check(CLI::Range(0, 1024));
-  app.add_option("-c,--ctx", f.ctx, "context size in tokens")->check(CLI::Range(1, 1 << 24))->capture_default_str();
+  app.add_option("-c,--ctx,--ctx-size", f.ctx, "context size in tokens (0: the model's trained context, at most 4096; larger: allowed with a warning)")
+      ->check(CLI::Range(0, 1 << 24))->capture_default_str();
   app.add_option("--experts", f.experts, "routed experts: auto, ram, mmap or stream")
       ->check(CLI::IsMember({"auto", "ram", "mmap", "stream"}))->capture_default_str();
   app.add_flag("--ssd-streaming", f.streaming, "stream routed experts from SSD (same as --experts stream)");
@@ -46,10 +71,17 @@ void add_sampling_flags(CLI::App& app, SamplingOptions& s) {
   app.add_option("--presence-penalty", s.presence_penalty, "presence penalty")->check(CLI::Range(-2.0, 2.0));
   app.add_option("--frequency-penalty", s.frequency_penalty, "frequency penalty")->check(CLI::Range(-2.0, 2.0));
   app.add_option("--repeat-last-n", s.penalty_last_n, "tokens the penalties look back over")->check(CLI::Range(0, 1 << 20));
-  app.add_option("--seed", s.seed, "random seed");
+  app.add_option("-s,--seed", s.seed, "random seed");
 }
 
 EngineOptions engine_options(const ModelFlags& f) {
+  // Contradictory flags are argument errors (exit 2), not something to resolve silently.
+  if (f.streaming && f.experts != "auto" && f.experts != "stream")
+    throw CLI::ValidationError("--ssd-streaming", fmt::format("streams experts, but --experts {} was also given", f.experts));
+  const std::string mode = f.streaming ? "stream" : f.experts;
+  if (!f.cache_size.empty() && (mode == "ram" || mode == "mmap"))
+    throw CLI::ValidationError("--ssd-streaming-cache-experts",
+                               fmt::format("sizes the streaming cache, which --experts {} does not use", mode));
   EngineOptions o;
   o.model_path = f.model;
   o.n_threads = f.threads;
@@ -58,6 +90,9 @@ EngineOptions engine_options(const ModelFlags& f) {
   o.experts = f.streaming ? ExpertMode::kStream : *parse_expert_mode(f.experts);
   if (!f.cache_size.empty()) o.cache_bytes = parse_byte_size(f.cache_size, "--ssd-streaming-cache-experts");
   if (!f.mem_limit.empty()) o.mem_limit = parse_byte_size(f.mem_limit, "--mem-limit");
+  if (o.cache_bytes > 0 && o.mem_limit > 0 && o.cache_bytes > o.mem_limit)
+    throw CLI::ValidationError("--ssd-streaming-cache-experts",
+                               fmt::format("{} is larger than --mem-limit {}", f.cache_size, f.mem_limit));
   o.cache_policy = *parse_eviction_policy(f.policy);
   o.cold = f.cold;
   o.preload_experts = f.preload;

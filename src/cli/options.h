@@ -13,7 +13,7 @@ namespace sluice::cli {
 struct ModelFlags {
   std::string model;
   int threads = 0;
-  int ctx = 4096;
+  int ctx = 0;  // 0: the model's trained context, at most 4096
   std::string experts = "auto";
   std::string cache_size;   // --ssd-streaming-cache-experts
   std::string mem_limit;    // --mem-limit
@@ -28,6 +28,11 @@ struct ModelFlags {
 void add_model_flags(CLI::App& app, ModelFlags& f);
 void add_sampling_flags(CLI::App& app, SamplingOptions& s);
 EngineOptions engine_options(const ModelFlags& f);
+// -f FILE validation that also accepts '-' (standard input), and the reader to match.
+CLI::Validator stdin_or_file();
+std::string read_text(const std::string& path);
+// Fails unless `path` does not exist yet or `force` (the --force flag) allows replacing it.
+void check_output(const std::string& path, bool force);
 // The model shipped with sluice: $SLUICE_MODEL, else models/sluice-tiny-moe.gguf next to the
 // source tree the binary was built from, else relative to the working directory.
 std::string default_model_path();

@@ -1,10 +1,14 @@
 // GGUF writer: header (metadata, tensor infos with aligned offsets), padding, then each tensor's
-// bytes from its fill callback, in the order added.
+// bytes from its fill callback, in the order added; written to a temporary file renamed into place.
 #include "gguf/writer.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 
 #include "core/error.h"
@@ -13,19 +17,20 @@ namespace sluice::gguf {
 
 namespace {
 
+// Writes to a temporary file next to `path` and renames it over `path` when complete, so a reader
+// (a server mapping the old file, or an input that is also the output) never sees a torn file.
 class Out {
  public:
-  explicit Out(const std::string& path) : path_(path), f_(std::fopen(path.c_str(), "wb")) {
-    if (!f_) fail("cannot create '{}': {}", path, std::strerror(errno));
+  explicit Out(const std::string& path)
+      : path_(path), tmp_(temp_name(path)), f_(std::fopen(tmp_.c_str(), "wb")) {
+    if (!f_) fail("cannot create '{}': {}", tmp_, std::strerror(errno));
   }
   ~Out() {
-    if (f_) {
-      std::fclose(f_);
-      std::remove(path_.c_str());
-    }
+    if (f_) std::fclose(f_);
+    if (!done_) std::remove(tmp_.c_str());
   }
   void bytes(const void* p, size_t n) {
-    if (n && std::fwrite(p, 1, n, f_) != n) fail("write to '{}' failed: {}", path_, std::strerror(errno));
+    if (n && std::fwrite(p, 1, n, f_) != n) fail("write to '{}' failed: {}", tmp_, std::strerror(errno));
     pos_ += n;
   }
   template <typename T>
@@ -40,19 +45,24 @@ class Out {
     while (pos_ < target) bytes(zeros, std::min<uint64_t>(sizeof(zeros), target - pos_));
   }
   void close() {
-    if (std::fclose(f_) != 0) {
-      f_ = nullptr;
-      std::remove(path_.c_str());
-      fail("closing '{}' failed: {}", path_, std::strerror(errno));
-    }
+    FILE* f = f_;
     f_ = nullptr;
+    if (std::fclose(f) != 0) fail("closing '{}' failed: {}", tmp_, std::strerror(errno));
+    if (std::rename(tmp_.c_str(), path_.c_str()) != 0) fail("renaming '{}' to '{}' failed: {}", tmp_, path_, std::strerror(errno));
+    done_ = true;
   }
   uint64_t pos() const { return pos_; }
 
  private:
-  std::string path_;
+  static std::string temp_name(const std::string& path) {
+    const std::filesystem::path p(path);
+    return (p.parent_path() / ("." + p.filename().string() + fmt::format(".tmp{}", getpid()))).string();
+  }
+
+  std::string path_, tmp_;
   FILE* f_;
   uint64_t pos_ = 0;
+  bool done_ = false;
 };
 
 void write_value(Out& o, const Value& v) {

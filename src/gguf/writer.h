@@ -28,7 +28,8 @@ class Writer {
   void add_tensor_bytes(const std::string& name, GgmlType type, std::vector<int64_t> ne,
                         const void* data);
 
-  // Writes the file; throws sluice::Error on I/O failure (a partial file is removed).
+  // Writes the file through a temporary file in the same folder renamed over `path` at the end, so
+  // `path` is either the old file or the complete new one; throws sluice::Error on I/O failure.
   void write(const std::string& path) const;
 
  private:

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "core/meminfo.h"
 #include "core/timer.h"
 #include "gguf/gguf.h"
@@ -44,8 +45,13 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& o) {
   const HParams& hp = impl->model->hparams();
   if (impl->tokenizer->n_vocab() > hp.n_vocab)
     fail("the tokenizer has {} tokens but the model's embedding has {} rows", impl->tokenizer->n_vocab(), hp.n_vocab);
-  impl->n_ctx = o.n_ctx;
-  if (hp.n_ctx_train > 0) impl->n_ctx = std::min(impl->n_ctx, hp.n_ctx_train);
+  if (o.n_ctx < 0) fail("context size {} is negative", o.n_ctx);
+  // 0: the trained length, at most 4096. A larger explicit size is honoured (as llama.cpp does):
+  // positions past the trained length may degrade, so it is said, never silently capped.
+  impl->n_ctx = o.n_ctx > 0 ? o.n_ctx : hp.n_ctx_train > 0 ? std::min(4096, hp.n_ctx_train) : 4096;
+  if (hp.n_ctx_train > 0 && impl->n_ctx > hp.n_ctx_train)
+    SLUICE_LOG_WARN("warning: context {} exceeds the model's trained context {}; output past {} tokens may degrade",
+                    impl->n_ctx, hp.n_ctx_train, hp.n_ctx_train);
   const std::unique_ptr<KvCache> kv_shape = impl->model->make_kv_cache(impl->n_ctx);
   const ExpertPlan plan = plan_experts(*impl->file, o, *kv_shape, impl->n_ctx);
   impl->experts = make_expert_store(*impl->file, *impl->model, o, plan);
@@ -132,9 +138,7 @@ Session::~Session() = default;
 
 std::unique_ptr<Session> Engine::new_session(int n_ctx) {
   if (n_ctx < 0) fail("context size {} is negative", n_ctx);
-  const int n_ctx_train = impl_->model->hparams().n_ctx_train;
   if (n_ctx == 0) n_ctx = impl_->n_ctx;
-  if (n_ctx_train > 0) n_ctx = std::min(n_ctx, n_ctx_train);
   auto s = std::make_unique<Session::Impl>();
   s->engine = impl_.get();
   s->kv = impl_->model->make_kv_cache(n_ctx);

@@ -4,7 +4,9 @@
 // A failed write (the client went away) ends the provider, and its releaser cancels the request so
 // the scheduler frees its KV at the next token boundary. While a streaming request waits with
 // nothing to send (queued, long prefill), an SSE comment is written every second so a vanished
-// client is noticed there too.
+// client is noticed there too; a non-streaming request polls its connection while it waits and
+// is cancelled when the client is gone. Connection handling (deadlines, limits, binding) lives in
+// http_server.h.
 #include "server.h"
 
 #include <fmt/format.h>
@@ -13,16 +15,22 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cctype>
 #include <ctime>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <string_view>
 #include <random>
 #include <thread>
+#include <vector>
 
 #include "api.h"
+#include "http_server.h"
 
 namespace sluice::server {
 
@@ -31,10 +39,40 @@ namespace {
 using json = nlohmann::json;
 using namespace std::chrono_literals;
 
+// A Prometheus histogram of seconds.
+class Histogram {
+ public:
+  void observe(double seconds) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (size_t i = 0; i < kBounds.size(); ++i)
+      if (seconds <= kBounds[i]) ++counts_[i];
+    ++count_;
+    sum_ += seconds;
+  }
+  std::string text(const char* name, const char* help) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::string out = fmt::format("# HELP sluice_{0} {1}\n# TYPE sluice_{0} histogram\n", name, help);
+    for (size_t i = 0; i < kBounds.size(); ++i) out += fmt::format("sluice_{}_bucket{{le=\"{}\"}} {}\n", name, kBounds[i], counts_[i]);
+    return out + fmt::format("sluice_{0}_bucket{{le=\"+Inf\"}} {1}\nsluice_{0}_sum {2}\nsluice_{0}_count {1}\n", name, count_, sum_);
+  }
+
+ private:
+  static constexpr std::array<double, 12> kBounds = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+  std::mutex mutex_;
+  std::array<uint64_t, 12> counts_{};
+  uint64_t count_ = 0;
+  double sum_ = 0;
+};
+
 struct Counters {
   std::mutex mutex;
   std::map<int, uint64_t> by_status;  // HTTP responses by status code
+  Histogram ttft;                     // submission to first generated text
+  Histogram latency;                  // submission to the final event
 };
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 void send_error(httplib::Response& res, Api api, const ApiError& e) {
   res.status = e.status;
@@ -48,9 +86,15 @@ struct Stream {
   std::shared_ptr<CompletionHandle> handle;
   ResponseFormat format;
   bool include_usage = false;
-  bool begun = false, finished = false;
+  bool begun = false, finished = false, first_text = true;
   double timeout_seconds = 0;
+  Clock::time_point submitted;
 };
+
+ApiError shutdown_error() {
+  return ApiError(503, "the server is shutting down and the request did not finish within its grace period",
+                  "server_error", "", "server_shutdown");
+}
 
 ApiError timeout_error(double secs) {
   return ApiError(504, fmt::format("the request did not finish within the server's {} s timeout", secs),
@@ -88,6 +132,8 @@ std::string metrics_text(const SchedulerStats& s, Counters& counters) {
   metric("expert_stall_seconds_total", "counter", "time compute waited for expert reads", s.experts.stall_seconds);
   metric("expert_prefetch_issued_total", "counter", "experts prefetched by router lookahead", s.experts.prefetch_issued);
   metric("expert_prefetch_used_total", "counter", "prefetched experts that were used", s.experts.prefetch_used);
+  out += counters.ttft.text("time_to_first_token_seconds", "seconds from submission to the first generated text");
+  out += counters.latency.text("request_duration_seconds", "seconds from submission to the last event of a completion");
   out += "# HELP sluice_http_responses_total HTTP responses by status code\n# TYPE sluice_http_responses_total counter\n";
   std::lock_guard<std::mutex> lock(counters.mutex);
   for (const auto& [code, n] : counters.by_status) out += fmt::format("sluice_http_responses_total{{code=\"{}\"}} {}\n", code, n);
@@ -96,8 +142,9 @@ std::string metrics_text(const SchedulerStats& s, Counters& counters) {
 
 class Routes {
  public:
-  Routes(Engine& engine, Scheduler& scheduler, const ServerOptions& options)
-      : engine_(engine), scheduler_(scheduler), options_(options), id_prefix_(fmt::format("{:08x}", std::random_device{}())) {}
+  Routes(Engine& engine, Scheduler& scheduler, const ServerOptions& options, Counters& counters)
+      : engine_(engine), scheduler_(scheduler), options_(options), counters_(counters),
+        id_prefix_(fmt::format("{:08x}", std::random_device{}())) {}
 
   void completion(Api api, const httplib::Request& req, httplib::Response& res) {
     ParsedRequest pr;
@@ -119,6 +166,7 @@ class Routes {
     format.created = static_cast<int64_t>(std::time(nullptr));
     format.n_prompt_tokens = static_cast<int>(pr.request.prompt.size());
 
+    const Clock::time_point submitted = Clock::now();
     Submission sub = scheduler_.submit(std::move(pr.request));
     if (sub.status == SubmitStatus::kQueueFull) {
       res.set_header("Retry-After", "1");
@@ -128,48 +176,103 @@ class Routes {
       return send_error(res, api, ApiError(400, sub.message, "invalid_request_error", pr.prompt_field, "context_length_exceeded"));
     if (sub.status != SubmitStatus::kOk)
       return send_error(res, api, ApiError(400, sub.message, "invalid_request_error", pr.prompt_field));
+    track(sub.handle);
 
-    if (!pr.stream) return wait_full(api, format, sub.handle, res);
+    if (!pr.stream) return wait_full(api, format, sub.handle, submitted, res);
     auto st = std::make_shared<Stream>();
     st->handle = sub.handle;
     st->format = std::move(format);
     st->include_usage = pr.include_usage;
     st->timeout_seconds = options_.timeout_seconds;
+    st->submitted = submitted;
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
-        "text/event-stream", [st](size_t, httplib::DataSink& sink) { return write_events(*st, sink); },
+        "text/event-stream", [this, st](size_t, httplib::DataSink& sink) { return write_events(*st, sink); },
         [st](bool) { st->handle->cancel(); });
   }
 
+  json model_object() const {
+    return {{"id", options_.model_name},
+            {"object", "model"},
+            {"created", static_cast<int64_t>(std::time(nullptr))},
+            {"owned_by", "sluice"},
+            {"meta", {{"architecture", engine_.info().architecture}, {"n_ctx", scheduler_.n_ctx()}}}};
+  }
+
   void models(httplib::Response& res) {
-    json data = json::array({{{"id", options_.model_name},
-                              {"object", "model"},
-                              {"created", static_cast<int64_t>(std::time(nullptr))},
-                              {"owned_by", "sluice"},
-                              {"meta", {{"architecture", engine_.info().architecture}, {"n_ctx", scheduler_.n_ctx()}}}}});
-    res.set_content(to_text(json{{"object", "list"}, {"data", data}}), "application/json");
+    res.set_content(to_text(json{{"object", "list"}, {"data", json::array({model_object()})}}), "application/json");
+  }
+
+  void model(const std::string& id, httplib::Response& res) {
+    if (id != options_.model_name)
+      return send_error(res, Api::kChat, ApiError(404, fmt::format("no model '{}' (this server serves '{}')", id, options_.model_name),
+                                                  "invalid_request_error", "model", "model_not_found"));
+    res.set_content(to_text(model_object()), "application/json");
+  }
+
+  // The shutdown's last step: requests still running after the grace period are cancelled and
+  // answered with shutdown_error().
+  void end_all() {
+    shutting_down_ = true;
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& w : running_)
+      if (auto h = w.lock()) h->cancel();
+  }
+  size_t running() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    size_t n = 0;
+    for (auto& w : running_)
+      if (auto h = w.lock()) n += !h->finished();
+    return n;
   }
 
  private:
-  // Non-streaming: waits for the final event. A client that disconnects meanwhile is only noticed
-  // when the answer is written; the per-request timeout bounds the work.
+  void track(const std::shared_ptr<CompletionHandle>& h) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::erase_if(running_, [](const std::weak_ptr<CompletionHandle>& w) { return w.expired(); });
+    running_.push_back(h);
+  }
+
+  // The final event's error, if it is one: engine error, shutdown or timeout.
+  std::optional<ApiError> final_error(Api api, const CompletionEvent& ev) const {
+    if (ev.kind == CompletionEvent::Kind::kError) return ApiError(500, ev.text, api == Api::kMessages ? "api_error" : "server_error");
+    if (ev.timed_out) return timeout_error(options_.timeout_seconds);
+    if (shutting_down_ && ev.result.finish == FinishReason::kCancelled) return shutdown_error();
+    return std::nullopt;
+  }
+
+  // Non-streaming: waits for the final event, checking the connection every 100 ms; a client that
+  // has gone away cancels the request, which frees its slot at the next token boundary.
   void wait_full(Api api, const ResponseFormat& format, const std::shared_ptr<CompletionHandle>& h,
-                 httplib::Response& res) {
+                 Clock::time_point submitted, httplib::Response& res) {
     CompletionEvent ev;
+    bool first = true, cancelled = false;
+    Clock::time_point checked = Clock::now();
     for (;;) {
-      if (!h->next(ev, 1000ms)) continue;
-      if (ev.kind == CompletionEvent::Kind::kText) continue;
+      const bool got = h->next(ev, 100ms);
+      if (!cancelled && Clock::now() - checked >= 100ms) {
+        checked = Clock::now();
+        if (!HttpServer::client_connected()) {
+          h->cancel();
+          cancelled = true;
+        }
+      }
+      if (!got || ev.kind == CompletionEvent::Kind::kText) {
+        if (got && first) counters_.ttft.observe(seconds_since(submitted));
+        first = first && !got;
+        continue;
+      }
       break;
     }
-    if (ev.kind == CompletionEvent::Kind::kError)
-      return send_error(res, api, ApiError(500, ev.text, api == Api::kMessages ? "api_error" : "server_error"));
-    if (ev.timed_out) return send_error(res, api, timeout_error(options_.timeout_seconds));
+    counters_.latency.observe(seconds_since(submitted));
+    if (auto e = final_error(api, ev)) return send_error(res, api, *e);
+    if (cancelled) return send_error(res, api, ApiError(499, "the client closed the connection", "invalid_request_error", "", "client_closed"));
     res.set_content(to_text(format.full(ev.result)), "application/json");
   }
 
   // Writes every event that is ready (waiting up to a second for the first); false ends the
   // response, which happens when a write fails because the client is gone.
-  static bool write_events(Stream& st, httplib::DataSink& sink) {
+  bool write_events(Stream& st, httplib::DataSink& sink) {
     if (st.finished) {
       sink.done();
       return true;
@@ -184,13 +287,14 @@ class Routes {
     if (!got && out.empty()) out = ": keep-alive\n\n";
     while (got) {
       if (ev.kind == CompletionEvent::Kind::kText) {
+        if (st.first_text) counters_.ttft.observe(seconds_since(st.submitted));
+        st.first_text = false;
         out += st.format.stream_text(ev.text);
       } else {
         st.finished = true;
-        if (ev.kind == CompletionEvent::Kind::kError)
-          out += st.format.stream_error(ApiError(500, ev.text, "server_error"));
-        else if (ev.timed_out)
-          out += st.format.stream_error(timeout_error(st.timeout_seconds));
+        counters_.latency.observe(seconds_since(st.submitted));
+        if (auto e = final_error(st.format.api, ev))
+          out += st.format.stream_error(*e);
         else
           out += st.format.stream_end(ev.result, st.include_usage);
         break;
@@ -205,36 +309,88 @@ class Routes {
   Engine& engine_;
   Scheduler& scheduler_;
   const ServerOptions& options_;
+  Counters& counters_;
   std::string id_prefix_;
   std::atomic<uint64_t> next_id_{0};
+  std::atomic<bool> shutting_down_{false};
+  std::mutex mutex_;
+  std::vector<std::weak_ptr<CompletionHandle>> running_;
 };
+
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+// "Bearer KEY" with the scheme in any case (RFC 7235), or the x-api-key header.
+bool authorized(const httplib::Request& req, const std::string& key) {
+  const std::string auth = req.get_header_value("Authorization");
+  constexpr std::string_view kScheme = "bearer ";
+  bool scheme = auth.size() > kScheme.size();
+  for (size_t i = 0; scheme && i < kScheme.size(); ++i) scheme = std::tolower(static_cast<unsigned char>(auth[i])) == kScheme[i];
+  if (scheme && auth.substr(kScheme.size()) == key) return true;
+  return req.get_header_value("x-api-key") == key;
+}
+
+std::string utc_now() {
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t t = std::chrono::system_clock::to_time_t(now);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  const int ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+  return fmt::format("{}.{:03}Z", buf, ms);
+}
+
+// Routes and the methods they accept, for 405 answers.
+const std::map<std::string, std::string>& route_methods() {
+  static const std::map<std::string, std::string> m = {{"/health", "GET"},
+                                                       {"/metrics", "GET"},
+                                                       {"/v1/models", "GET"},
+                                                       {"/v1/chat/completions", "POST"},
+                                                       {"/v1/completions", "POST"},
+                                                       {"/v1/messages", "POST"}};
+  return m;
+}
 
 }  // namespace
 
 int serve(Engine& engine, const ServerOptions& o) {
   Scheduler scheduler(engine, o.scheduler);
-  Routes routes(engine, scheduler, o);
   Counters counters;
-  httplib::Server svr;
-  // Every waiting or streaming request holds a worker thread; a few more serve /health and /metrics.
-  const size_t workers = std::min(512, o.scheduler.n_parallel + o.scheduler.max_queue + 4);
+  Routes routes(engine, scheduler, o, counters);
+  ConnectionLimits limits;
+  limits.request_read_deadline = std::chrono::milliseconds(static_cast<int64_t>(o.request_read_seconds * 1000));
+  limits.max_reading = o.max_reading;
+  HttpServer svr(limits);
+  // Every waiting or streaming request holds a worker thread, and so does every connection still
+  // sending its request (at most max_reading); a reserve on top keeps /health and /metrics served.
+  const size_t workers = static_cast<size_t>(o.scheduler.n_parallel + o.scheduler.max_queue + o.max_reading + 8);
   svr.new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
   svr.set_payload_max_length(o.max_body_bytes);
-  svr.set_read_timeout(60);
-  svr.set_write_timeout(60);
 
   svr.set_pre_routing_handler([&](const httplib::Request& req, httplib::Response& res) {
-    if (o.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
-    const std::string bearer = req.get_header_value("Authorization");
-    if (bearer == "Bearer " + o.api_key || req.get_header_value("x-api-key") == o.api_key)
+    HttpServer::request_read();
+    if (o.api_key.empty() || req.path == "/health" || req.method == "OPTIONS" || authorized(req, o.api_key))
       return httplib::Server::HandlerResponse::Unhandled;
     send_error(res, api_of_path(req.path), ApiError(401, "invalid or missing API key", "authentication_error", "", "invalid_api_key"));
     return httplib::Server::HandlerResponse::Handled;
   });
-  // Statuses set by httplib itself (404, 413, 400 for unreadable requests) get a JSON error body.
-  svr.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
+  // Statuses set by httplib itself (404, 413, 400 for unreadable requests) get a JSON error body;
+  // a known path asked with the wrong method is 405 with an Allow header.
+  svr.set_error_handler(httplib::Server::HandlerWithResponse([&](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    std::string msg = res.status == 413 ? "the request body is larger than the server accepts"
+    const auto route = route_methods().find(req.path);
+    const bool model_path = req.path.rfind("/v1/models/", 0) == 0;
+    if (res.status == 404 && (route != route_methods().end() || model_path)) {
+      const std::string allow = route != route_methods().end() ? route->second : "GET";
+      res.status = 405;
+      res.set_header("Allow", allow);
+      send_error(res, api_of_path(req.path), ApiError(405, fmt::format("{} does not accept {}; use {}", req.path, req.method, allow),
+                                                      "invalid_request_error", "", "method_not_allowed"));
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    std::string msg = res.status == 413   ? fmt::format("the request body is larger than the server's limit of {} bytes (--max-body)", o.max_body_bytes)
                       : res.status == 404 ? fmt::format("no route for {} {}", req.method, req.path)
                                           : fmt::format("HTTP error {}", res.status);
     send_error(res, api_of_path(req.path), ApiError(res.status, msg, "invalid_request_error", "", res.status == 413 ? "payload_too_large" : ""));
@@ -250,13 +406,28 @@ int serve(Engine& engine, const ServerOptions& o) {
     }
     send_error(res, api_of_path(req.path), ApiError(500, msg, "server_error"));
   });
+  if (!o.cors_origin.empty()) {
+    svr.set_post_routing_handler([&](const httplib::Request&, httplib::Response& res) {
+      res.set_header("Access-Control-Allow-Origin", o.cors_origin);
+      if (o.cors_origin != "*") res.set_header("Vary", "Origin");
+    });
+    svr.Options(".*", [&](const httplib::Request&, httplib::Response& res) {
+      res.status = 204;
+      res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+      res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type, x-api-key, anthropic-version");
+      res.set_header("Access-Control-Max-Age", "600");
+    });
+  }
+  // Access log: UTC time, client, method, path, status and milliseconds from the request's arrival
+  // to the end of the response (for a stream, its last event).
   svr.set_logger([&](const httplib::Request& req, const httplib::Response& res) {
     {
       std::lock_guard<std::mutex> lock(counters.mutex);
       ++counters.by_status[res.status];
     }
     if (req.path != "/health" && req.path != "/metrics")
-      std::fprintf(stderr, "%s %s %d\n", req.method.c_str(), req.path.c_str(), res.status);
+      std::fprintf(stderr, "%s %s %s %s %d %.1f ms\n", utc_now().c_str(), req.remote_addr.c_str(), req.method.c_str(),
+                   req.path.c_str(), res.status, 1000.0 * seconds_since(HttpServer::request_started()));
   });
 
   svr.Get("/health", [](const httplib::Request&, httplib::Response& res) {
@@ -266,36 +437,51 @@ int serve(Engine& engine, const ServerOptions& o) {
     res.set_content(metrics_text(scheduler.stats(), counters), "text/plain; version=0.0.4");
   });
   svr.Get("/v1/models", [&](const httplib::Request&, httplib::Response& res) { routes.models(res); });
+  svr.Get(R"(/v1/models/(.+))", [&](const httplib::Request& req, httplib::Response& res) { routes.model(req.matches[1], res); });
   svr.Post("/v1/chat/completions", [&](const httplib::Request& req, httplib::Response& res) { routes.completion(Api::kChat, req, res); });
   svr.Post("/v1/completions", [&](const httplib::Request& req, httplib::Response& res) { routes.completion(Api::kCompletion, req, res); });
   svr.Post("/v1/messages", [&](const httplib::Request& req, httplib::Response& res) { routes.completion(Api::kMessages, req, res); });
 
-  int port = o.port;
-  if (port == 0) {
-    port = svr.bind_to_any_port(o.host);
-    if (port < 0) port = 0;
-  } else if (!svr.bind_to_port(o.host, port)) {
-    port = 0;
-  }
-  if (port == 0) {
-    std::fprintf(stderr, "sluice serve: error: cannot listen on %s:%d\n", o.host.c_str(), o.port);
+  std::string error;
+  const int port = svr.bind(o.host, o.port, error);
+  if (port < 0) {
+    std::fprintf(stderr, "sluice serve: error: %s\n", error.c_str());
     return 1;
   }
+  if (!is_loopback(o.host) && o.api_key.empty())
+    std::fprintf(stderr, "sluice serve: warning: listening on %s without --api-key: anyone who can reach this address can use the server\n",
+                 o.host.c_str());
   std::printf("sluice serve: listening on http://%s:%d\n", o.host.c_str(), port);
   std::fflush(stdout);
 
-  // SIGINT/SIGTERM are blocked in every thread; this one takes them and stops the server.
+  // SIGINT/SIGTERM are blocked in every thread; this one takes them, stops accepting (listen
+  // returns once every connection is done), and when the grace period is over, or at a second
+  // signal, ends what still runs.
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
+  std::atomic<bool> listen_done{false};
   std::thread signals([&] {
     int sig = 0;
     sigwait(&set, &sig);
-    svr.stop();
+    if (listen_done) return;
+    std::fprintf(stderr, "sluice serve: %s: no new connections; %zu running request(s) may finish within %g s (again: end them now)\n",
+                 sig == SIGTERM ? "SIGTERM" : "SIGINT", routes.running(), o.shutdown_grace_seconds);
+    svr.stop_accepting();
+    const auto until = Clock::now() + std::chrono::duration<double>(std::max(0.0, o.shutdown_grace_seconds));
+    const timespec tick{0, 100'000'000};
+    while (!listen_done) {
+      if (sigtimedwait(&set, nullptr, &tick) > 0 || Clock::now() >= until) {
+        if (!listen_done) std::fprintf(stderr, "sluice serve: ending %zu request(s)\n", routes.running());
+        routes.end_all();
+        return;
+      }
+    }
   });
-  const bool ok = svr.listen_after_bind();
+  const bool ok = svr.listen_after_bind() || svr.draining();  // a drained listen reports an accept error
   svr.stop();
+  listen_done = true;
   pthread_kill(signals.native_handle(), SIGTERM);  // wakes sigwait when listen ended on its own
   signals.join();
   std::fprintf(stderr, "sluice serve: stopped\n");

@@ -70,3 +70,57 @@ TEST(Cli, BadInputsGivePreciseErrors) {
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.out.find("unknown command 'nosuchcommand'"), std::string::npos);
 }
+
+TEST(Cli, ContextPastTheTrainedLengthIsAllowedWithAWarningAndAFullContextIsReported) {
+  // The tiny model was trained at 128 positions.
+  Result r = run("run -m " + kModel + " -p \"In the beginning\" -n 150 --temp 0 -c 256");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("warning: context 256 exceeds the model's trained context 128"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("decode: 150 tokens"), std::string::npos) << r.out;
+  r = run("run -m " + kModel + " -p \"In the beginning\" -n 200 --temp 0");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out.find("warning: context"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("generation stopped after 125 of 200 tokens: the context of 128 tokens is full"), std::string::npos) << r.out;
+}
+
+TEST(Cli, BenchDefaultsFitTheModel) {
+  const Result r = run("bench -m " + kModel + " -r 1 --no-warmup -o csv");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("test of 512 tokens shortened to 127 to fit the context of 128"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("pp127"), std::string::npos) << r.out;
+}
+
+TEST(Cli, FlagsSpelledAsInLlamaCppAndArgumentErrorsExit2NamingTheFlag) {
+  Result r = run("--version");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.out.rfind("sluice ", 0), 0u) << r.out;
+  // -f - reads standard input; -s and --predict are llama.cpp's --seed and -n.
+  const std::string prompt = testing::TempDir() + "/sluice-cli-prompt.txt";
+  std::ofstream(prompt) << "In the beginning";
+  r = run("run -m " + kModel + " -f - -s 3 --predict 4 --temp 0 < " + prompt);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("decode: 4 tokens"), std::string::npos) << r.out;
+  r = run("inspect -m " + kModel);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("qwen3moe"), std::string::npos) << r.out;
+  // -np goes to --parallel, whose range check names it.
+  r = run("serve -m " + kModel + " -np 0");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("sluice serve: --parallel: Value 0 not in range 1 to 256"), std::string::npos) << r.out;
+  r = run("run -m " + kModel + " -p hi --top-p 2");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("sluice run: --top-p: Value 2 not in range"), std::string::npos) << r.out;
+  r = run("run -m " + kModel + " -p hi --no-such-flag");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("sluice run: "), std::string::npos) << r.out;
+  // Contradictory flags.
+  r = run("run -m " + kModel + " -p hi --ssd-streaming --experts ram");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("sluice run: --ssd-streaming: streams experts, but --experts ram was also given"), std::string::npos) << r.out;
+  r = run("run -m " + kModel + " -p hi --experts mmap --ssd-streaming-cache-experts 1MiB");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("--ssd-streaming-cache-experts: sizes the streaming cache, which --experts mmap does not use"), std::string::npos) << r.out;
+  r = run("run -m " + kModel + " -p hi --experts stream --ssd-streaming-cache-experts 2GiB --mem-limit 1GiB");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("--ssd-streaming-cache-experts: 2GiB is larger than --mem-limit 1GiB"), std::string::npos) << r.out;
+}

@@ -194,3 +194,14 @@ TEST(TinyMoeModel, HasTheQwen3MoeLayoutItsCardDescribes) {
 }
 
 }  // namespace
+
+TEST_F(PackGguf, AnExistingOutputNeedsForce) {
+  ASSERT_EQ(pack(manifest_).code, 0);
+  const std::string out = (dir_ / "out.gguf").string(), m = (dir_ / "m.json").string();
+  CliResult r = sluice_cli("pack-gguf " + m + " -o " + out);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("exists: refusing to overwrite it (--force replaces it)"), std::string::npos) << r.out;
+  r = sluice_cli("pack-gguf " + m + " -o " + out + " --force");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(gguf::File::open(out)->get_string("general.architecture"), "qwen3moe");
+}

@@ -73,7 +73,7 @@ TEST_P(StreamCgroup, LogitsEqualInRamAndPeakWithinLimit) {
   fs::create_directories(dir);
   const std::string bin = SLUICE_BIN;
   const std::string model = (dir / "m.gguf").string();
-  Result g = sh(bin + " gen-model " + c.gen_args + " --vocab 4096 --seed 7 -o " + model);
+  Result g = sh(bin + " gen-model " + c.gen_args + " --vocab 4096 --seed 7 --force -o " + model);
   ASSERT_EQ(g.status, 0) << g.out;
   const uint64_t size = fs::file_size(model);
   const std::string ref = (dir / "ref.json").string();

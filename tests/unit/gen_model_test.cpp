@@ -437,9 +437,38 @@ TEST(GenModelCli, WritesAModelAndRejectsBadTypes) {
   out = run("--preset tiny --type-experts Q4_Z -o " + path, &status);
   EXPECT_NE(status, 0);
   EXPECT_NE(out.find("--type-experts 'Q4_Z' is not a GGML type name"), std::string::npos) << out;
-  out = run("--preset tiny --type-attn I16 --vocab-from " + kVocab + " -o " + path, &status);
+  out = run("--preset tiny --type-attn I16 --vocab-from " + kVocab + " -o " + path + " --force", &status);
   EXPECT_NE(status, 0);
   EXPECT_NE(out.find("integer tensor type"), std::string::npos) << out;
+}
+
+TEST(GenModelCli, AnExistingOutputNeedsForceAndIsReplacedWhole) {
+  auto run = [](const std::string& args) {
+    FILE* p = popen((std::string(SLUICE_BIN) + " gen-model --preset tiny " + args + " 2>&1").c_str(), "r");
+    char buf[4096];
+    std::string out;
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+    const int st = pclose(p);
+    return std::make_pair(WIFEXITED(st) ? WEXITSTATUS(st) : -1, out);
+  };
+  const std::filesystem::path dir = test::scratch_dir() / "force";
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "m.gguf").string();
+  auto [st, out] = run("--vocab-from " + kVocab + " -o " + path);
+  ASSERT_EQ(st, 0) << out;
+  const auto size = std::filesystem::file_size(path);
+  std::tie(st, out) = run("--vocab-from " + kVocab + " --seed 9 -o " + path);
+  EXPECT_EQ(st, 1);
+  EXPECT_NE(out.find("exists: refusing to overwrite it (--force replaces it)"), std::string::npos) << out;
+  EXPECT_EQ(std::filesystem::file_size(path), size);
+  // Its own input: read whole before the new file is renamed over it.
+  std::tie(st, out) = run("--vocab-from " + path + " --seed 9 --force -o " + path);
+  ASSERT_EQ(st, 0) << out;
+  EXPECT_GT(gguf::File::open(path)->tensor("token_embd.weight").ne[1], 0);
+  int entries = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir)) ++entries;
+  EXPECT_EQ(entries, 1) << "a temporary file was left behind";
 }
 
 namespace {

@@ -119,7 +119,7 @@ def main():
         json.dump(manifest, f, ensure_ascii=False)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     subprocess.run([args.sluice, "pack-gguf", os.path.join(args.work, "manifest.json"),
-                    "-o", args.out], check=True)
+                    "-o", args.out, "--force"], check=True)
     print(f"{args.out}: {os.path.getsize(args.out):,} bytes (step {ck['step']})")
 
 
