@@ -33,7 +33,8 @@ constexpr auto kSpinTime = std::chrono::microseconds(200);
 // worker finishes its last piece within about one piece of the caller's.
 constexpr auto kStallTime = std::chrono::microseconds(200);
 // Loops run on the caller alone after the first stall; doubled on each further stall up to the
-// maximum (a few tokens of a small model), halved by each clean parallel loop.
+// maximum (a few tokens of a small model), shortened by one for each clean parallel loop: a stall
+// costs a time slice of the OS, far more than one parallel loop gains.
 constexpr int kSoloFirst = 16;
 constexpr int kSoloMax = 4096;
 
@@ -120,8 +121,8 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
   if (waited > kStallTime && waited > own_done - start) {
     solo_stretch_ = std::clamp(solo_stretch_ * 2, kSoloFirst, kSoloMax);
     solo_left_ = solo_stretch_;
-  } else {
-    solo_stretch_ /= 2;
+  } else if (solo_stretch_ > 0) {
+    --solo_stretch_;
   }
   std::exception_ptr worker_error;
   {
