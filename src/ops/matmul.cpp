@@ -28,10 +28,6 @@ constexpr int64_t kTokenTile = 64;
 // Below this many tokens the caller converts activations alone: a second pool round trip costs
 // more than converting a few rows.
 constexpr int64_t kParallelQuantizeTokens = 8;
-// From this many tokens a part goes through the GEMM kernel. Unpacking a tile of weight rows costs
-// about as much as the dots of a few tokens: on a Q4_K 2048 x 768 matrix, one thread, the GEMM
-// ties vec_dot_multi at 3 tokens and is 1.3x faster at 4, 1.9x at 8, 3.9x at 64.
-constexpr int64_t kMinGemmTokens = 3;
 
 // Grow-only buffer: steady-state decode reuses it and allocates nothing.
 class Scratch {
@@ -79,7 +75,7 @@ void run_range(const Job& job, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
   const MatView& w = *job.w;
   // Types without a dot kernel take the GEMM at any token count: it is faster than dequantizing,
   // and their activations are then in one format whatever the batch size.
-  if (job.k.gemm && (t1 - t0 >= kMinGemmTokens || !job.k.vec_dot)) {
+  if (job.k.gemm && (t1 - t0 >= job.k.min_gemm_tokens || !job.k.vec_dot)) {
     job.k.gemm(w.n_in, w.data + static_cast<uint64_t>(r0) * w.row_stride, w.row_stride, r1 - r0,
                job.xq + static_cast<uint64_t>(t0) * job.xq_stride, job.xq_stride, t1 - t0,
                job.y + t0 * w.n_out + r0, static_cast<uint64_t>(w.n_out));

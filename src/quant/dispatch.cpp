@@ -232,6 +232,7 @@ DotKernels avx2_kernels(GgmlType weight) {
 DotKernels avx512_kernels(GgmlType weight) {
   DotKernels k = avx2_kernels(weight);
   k.gemm = avx512::gemm_kernel(weight);
+  k.min_gemm_tokens = avx512::gemm_unpacker(weight) ? 3 : 16;
   if (k.gemm && !k.vec_dot && gemm_format(weight)->act_type == GgmlType::Q8_K) {
     k.vec_dot_type = GgmlType::Q8_K;
     k.quantize = avx2::quantize_row_q8_K;

@@ -42,6 +42,11 @@ struct DotKernels {
   VecDotMultiFn vec_dot_multi = nullptr;
   // Tiles of weight rows x any number of activation rows; null where the set has none.
   GemmFn gemm = nullptr;
+  // Tokens per matmul part from which the GEMM is used. Unpacking a tile of weight rows costs
+  // about the dots of a few tokens: with a SIMD unpacker (Q4_K 2048 x 768, one thread) the GEMM
+  // ties vec_dot_multi at 3 tokens and is 1.9x faster at 8; a portable unpacker (the i-quants)
+  // costs several times more, so those wait for larger batches.
+  int64_t min_gemm_tokens = 0;
 };
 
 // Kernels for weights of the given type. Throws sluice::Error for types that hold no real numbers
