@@ -35,6 +35,8 @@ struct EngineOptions {
   bool prefetch = true;          // router-lookahead prefetch of the next layer's experts
   bool lock_memory = true;       // mlock the expert cache
   bool debug = false;            // log every expert hit and miss
+  KvType kv_type_k = KvType::kF32;  // storage of cached keys (MLA: the latent and rope key)
+  KvType kv_type_v = KvType::kF32;  // storage of cached values
 };
 
 struct SamplingOptions {

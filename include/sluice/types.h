@@ -25,10 +25,17 @@ enum class ExpertMode { kAuto, kRam, kMmap, kStream };
 // bench/stream-sweep except Zipf-routed decode at 2 GB, where lfu led).
 enum class EvictionPolicy { kLru, kLfu, kNextUse };
 
+// Storage type of cached keys or values (--cache-type-k / --cache-type-v). q8_0 and q4_0 store
+// blocks of 32 values with one f16 scale; a head whose size is not a multiple of 32 is padded with
+// zeros to whole blocks.
+enum class KvType { kF32, kF16, kBF16, kQ8_0, kQ4_0 };
+
 const char* expert_mode_name(ExpertMode m);          // "auto", "ram", "mmap", "stream"
 const char* eviction_policy_name(EvictionPolicy p);  // "lru", "lfu", "nextuse"
 // nullopt for any other spelling.
 std::optional<ExpertMode> parse_expert_mode(std::string_view name);
 std::optional<EvictionPolicy> parse_eviction_policy(std::string_view name);
+const char* kv_type_name(KvType t);  // "f32", "f16", "bf16", "q8_0", "q4_0"
+std::optional<KvType> parse_kv_type(std::string_view name);
 
 }  // namespace sluice

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "core/disk_probe.h"
 #include "core/error.h"
 #include "core/units.h"
@@ -103,7 +104,9 @@ Json to_json(const gguf::File& file, const ModelReport& r, bool with_metadata) {
     shapes.push_back({{"layers", s.layers}, {"experts", s.n_experts}, {"bytes_per_expert", s.bytes_per_expert}});
   j["routed_expert_shapes"] = shapes;
   j["kv_cache"] = {{"ctx", r.kv.ctx}, {"layers", r.kv.n_layer}, {"bytes_per_token", r.kv.bytes_per_token},
-                   {"fixed_bytes", r.kv.fixed_bytes}, {"bytes", r.kv.bytes}, {"type", "f32"}};
+                   {"fixed_bytes", r.kv.fixed_bytes}, {"bytes", r.kv.bytes},
+                   {"type", kv_type_name(r.kv.type_k)}, {"type_k", kv_type_name(r.kv.type_k)},
+                   {"type_v", kv_type_name(r.kv.type_v)}};
   const Verdict& v = r.verdict;
   j["verdict"] = {{"ram", v.ram}, {"resident_bytes", v.resident}, {"kv_bytes", v.kv},
                   {"routed_bytes", v.routed}, {"reserved", v.reserved}, {"expert_budget", v.expert_budget},
@@ -200,7 +203,8 @@ void print_human(const gguf::File& file, const ModelReport& r, bool with_metadat
   for (const auto& s : r.expert_shapes)
     fmt::print("routed expert, layers {}: {} experts x {} ({} B)\n", format_layers(s.layers), s.n_experts,
                format_bytes(s.bytes_per_expert), s.bytes_per_expert);
-  fmt::print("\nKV cache at ctx {} (f32{}): {} layers, {} B/token{}, {}\n", r.kv.ctx, m.is_mla ? ", MLA latent" : "",
+  fmt::print("\nKV cache at ctx {} (K {}, V {}{}): {} layers, {} B/token{}, {}\n", r.kv.ctx, kv_type_name(r.kv.type_k),
+             kv_type_name(r.kv.type_v), m.is_mla ? ", MLA latent" : "",
              r.kv.n_layer, r.kv.bytes_per_token,
              r.kv.fixed_bytes ? fmt::format(" + {} fixed", format_bytes(r.kv.fixed_bytes)) : "", format_bytes(r.kv.bytes));
 
@@ -236,6 +240,8 @@ int cmd_inspect(int argc, char** argv) {
                  "decode t/s with every expert in RAM (e.g. sluice bench --experts ram): adds compute to the estimate")
       ->check(CLI::PositiveNumber);
   app.add_flag("--measure-disk", measure_disk, "measure the disk read rate with a 2-second random-read probe of the model file");
+  std::string type_k = "f32", type_v = "f32";
+  add_kv_type_flags(app, type_k, type_v);
   app.add_flag("--json", json, "print JSON instead of tables");
   app.add_flag("--metadata", metadata, "also list every metadata key");
   SLUICE_PARSE(app, argc, argv);
@@ -243,11 +249,12 @@ int cmd_inspect(int argc, char** argv) {
 
   if (!ram_text.empty()) opts.ram = parse_byte_size(ram_text, "--ram");
   if (ctx > 0) opts.ctx = ctx;
+  opts.kv = engine_kv_config(*parse_kv_type(type_k), *parse_kv_type(type_v));
   if (!disk_rate_text.empty() && measure_disk) fail("--disk-rate and --measure-disk exclude each other");
   if (!disk_rate_text.empty()) opts.disk_bytes_per_second = static_cast<double>(parse_byte_size(disk_rate_text, "--disk-rate"));
   auto file = gguf::File::open(path);
   if (measure_disk) {
-    const MemoryFacts facts = memory_facts(*file);
+    const MemoryFacts facts = memory_facts(*file, opts.kv, opts.ctx.value_or(1));
     const DiskProbe probe = probe_disk(file->part_path(0), 2.0, facts.expert_bytes ? facts.expert_bytes : (1u << 20));
     opts.disk_bytes_per_second = probe.bytes_per_second;
     fmt::print(stderr, "disk: {}/s over {} random reads{}\n", format_bytes(static_cast<uint64_t>(probe.bytes_per_second)),

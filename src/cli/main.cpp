@@ -36,7 +36,8 @@ constexpr Command kCommands[] = {
 };
 
 // llama.cpp spellings CLI11 cannot declare (several letters after one dash), rewritten to ours.
-constexpr std::pair<std::string_view, const char*> kAliases[] = {{"-np", "--parallel"}, {"-sys", "--system"}};
+constexpr std::pair<std::string_view, const char*> kAliases[] = {
+    {"-np", "--parallel"}, {"-sys", "--system"}, {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"}};
 
 void usage() {
   std::fprintf(stderr, "usage: sluice COMMAND [options]   (sluice COMMAND --help for details)\n\ncommands:\n");

@@ -60,6 +60,15 @@ void add_model_flags(CLI::App& app, ModelFlags& f) {
   app.add_flag("--no-prefetch", f.no_prefetch, "disable router-lookahead prefetch");
   app.add_flag("--no-mlock", f.no_mlock, "do not lock the expert cache in memory");
   app.add_flag("--debug", f.debug, "log every expert hit and miss");
+  add_kv_type_flags(app, f.cache_type_k, f.cache_type_v);
+}
+
+void add_kv_type_flags(CLI::App& app, std::string& type_k, std::string& type_v) {
+  const auto types = CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"});
+  app.add_option("--cache-type-k", type_k, "KV cache type of keys (MLA: the latent): f32, f16, bf16, q8_0 or q4_0")
+      ->check(types)->capture_default_str();
+  app.add_option("--cache-type-v", type_v, "KV cache type of values: f32, f16, bf16, q8_0 or q4_0")
+      ->check(types)->capture_default_str();
 }
 
 void add_sampling_flags(CLI::App& app, SamplingOptions& s) {
@@ -99,6 +108,8 @@ EngineOptions engine_options(const ModelFlags& f) {
   o.prefetch = !f.no_prefetch;
   o.lock_memory = !f.no_mlock;
   o.debug = f.debug;
+  o.kv_type_k = *parse_kv_type(f.cache_type_k);
+  o.kv_type_v = *parse_kv_type(f.cache_type_v);
   return o;
 }
 

@@ -20,6 +20,7 @@ struct ModelFlags {
   std::string policy = "nextuse";
   bool streaming = false, cold = false, no_prefetch = false, no_mlock = false, debug = false;
   int64_t preload = -1;
+  std::string cache_type_k = "f32", cache_type_v = "f32";  // -ctk / -ctv
 };
 
 // Adds -m/--model (defaulting to the embedded model), -t, -c, --experts and the streaming flags
@@ -27,6 +28,8 @@ struct ModelFlags {
 // --ssd-streaming-preload-experts).
 void add_model_flags(CLI::App& app, ModelFlags& f);
 void add_sampling_flags(CLI::App& app, SamplingOptions& s);
+// --cache-type-k and --cache-type-v (main.cpp maps -ctk/-ctv to them) (f32, f16, bf16, q8_0, q4_0); inspect shares them.
+void add_kv_type_flags(CLI::App& app, std::string& type_k, std::string& type_v);
 EngineOptions engine_options(const ModelFlags& f);
 // -f FILE validation that also accepts '-' (standard input), and the reader to match.
 CLI::Validator stdin_or_file();

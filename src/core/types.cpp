@@ -8,6 +8,7 @@ namespace sluice {
 namespace {
 constexpr std::array kModes = {ExpertMode::kAuto, ExpertMode::kRam, ExpertMode::kMmap, ExpertMode::kStream};
 constexpr std::array kPolicies = {EvictionPolicy::kLru, EvictionPolicy::kLfu, EvictionPolicy::kNextUse};
+constexpr std::array kKvTypes = {KvType::kF32, KvType::kF16, KvType::kBF16, KvType::kQ8_0, KvType::kQ4_0};
 }  // namespace
 
 const char* expert_mode_name(ExpertMode m) {
@@ -38,6 +39,23 @@ std::optional<ExpertMode> parse_expert_mode(std::string_view name) {
 std::optional<EvictionPolicy> parse_eviction_policy(std::string_view name) {
   for (EvictionPolicy p : kPolicies)
     if (name == eviction_policy_name(p)) return p;
+  return std::nullopt;
+}
+
+const char* kv_type_name(KvType t) {
+  switch (t) {
+    case KvType::kF32: return "f32";
+    case KvType::kF16: return "f16";
+    case KvType::kBF16: return "bf16";
+    case KvType::kQ8_0: return "q8_0";
+    case KvType::kQ4_0: return "q4_0";
+  }
+  return "?";
+}
+
+std::optional<KvType> parse_kv_type(std::string_view name) {
+  for (KvType t : kKvTypes)
+    if (name == kv_type_name(t)) return t;
   return std::nullopt;
 }
 

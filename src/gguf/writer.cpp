@@ -3,66 +3,31 @@
 #include "gguf/writer.h"
 
 #include <fmt/format.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <memory>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 
 namespace sluice::gguf {
 
 namespace {
 
-// Writes to a temporary file next to `path` and renames it over `path` when complete, so a reader
-// (a server mapping the old file, or an input that is also the output) never sees a torn file.
-class Out {
+// The GGUF file goes through AtomicFile (temporary file renamed into place).
+class Out : public AtomicFile {
  public:
-  explicit Out(const std::string& path)
-      : path_(path), tmp_(temp_name(path)), f_(std::fopen(tmp_.c_str(), "wb")) {
-    if (!f_) fail("cannot create '{}': {}", tmp_, std::strerror(errno));
-  }
-  ~Out() {
-    if (f_) std::fclose(f_);
-    if (!done_) std::remove(tmp_.c_str());
-  }
-  void bytes(const void* p, size_t n) {
-    if (n && std::fwrite(p, 1, n, f_) != n) fail("write to '{}' failed: {}", tmp_, std::strerror(errno));
-    pos_ += n;
-  }
-  template <typename T>
-  void pod(T v) { bytes(&v, sizeof(T)); }
+  using AtomicFile::AtomicFile;
   void str(const std::string& s) {
     pod<uint64_t>(s.size());
     bytes(s.data(), s.size());
   }
   void pad_to(uint64_t alignment) {
     static const char zeros[4096] = {};
-    uint64_t target = (pos_ + alignment - 1) / alignment * alignment;
-    while (pos_ < target) bytes(zeros, std::min<uint64_t>(sizeof(zeros), target - pos_));
+    uint64_t target = (pos() + alignment - 1) / alignment * alignment;
+    while (pos() < target) bytes(zeros, std::min<uint64_t>(sizeof(zeros), target - pos()));
   }
-  void close() {
-    FILE* f = f_;
-    f_ = nullptr;
-    if (std::fclose(f) != 0) fail("closing '{}' failed: {}", tmp_, std::strerror(errno));
-    if (std::rename(tmp_.c_str(), path_.c_str()) != 0) fail("renaming '{}' to '{}' failed: {}", tmp_, path_, std::strerror(errno));
-    done_ = true;
-  }
-  uint64_t pos() const { return pos_; }
-
- private:
-  static std::string temp_name(const std::string& path) {
-    const std::filesystem::path p(path);
-    return (p.parent_path() / ("." + p.filename().string() + fmt::format(".tmp{}", getpid()))).string();
-  }
-
-  std::string path_, tmp_;
-  FILE* f_;
-  uint64_t pos_ = 0;
-  bool done_ = false;
 };
 
 void write_value(Out& o, const Value& v) {

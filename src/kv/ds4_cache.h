@@ -57,6 +57,10 @@ class Ds4KvCache final : public KvCache {
     return shape_.fixed_bytes() + bytes_per_position() * static_cast<uint64_t>(n);
   }
 
+  // Rings, pooled rows and compressor states have no exported form: sessions and the server's
+  // disk cache skip deepseek4 (exportable() is false).
+  bool exportable() const override { return false; }
+
   // Marks the sequence as being advanced by a forward step (the model calls it before any write).
   void begin_step(int seq) { seq_ref(seq).in_flight = true; }
 

@@ -1,21 +1,138 @@
-// KV cache block management; see kv_cache.h. Within a block, position p's key row sits at
-// p·k_dim and its value row after all keys, so attention scans contiguous memory per block.
+// KV cache storage; see kv_cache.h. Within a block, position p's key row sits at p·k_row_bytes
+// and its value row after all keys, so attention scans contiguous memory per block. A ring
+// stores position p in slot p mod ring_slots.
 #include "kv/kv_cache.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "core/error.h"
+#include "quant/blocks.h"
+#include "quant/dequant.h"
+#include "quant/kernels.h"
 
 namespace sluice {
 
-KvCache::KvCache(std::vector<int> k_dims, std::vector<int> v_dims, int n_ctx)
-    : k_dims_(std::move(k_dims)), v_dims_(std::move(v_dims)), n_ctx_(n_ctx) {
-  if (n_ctx_ <= 0) fail("context size must be positive, got {}", n_ctx_);
+namespace {
+
+// Value rows start at a multiple of this many bytes after the key rows (f32 rows after q8_0 ones).
+constexpr uint64_t kAlign = 64;
+uint64_t align_up(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// GGML's Q4_0 layout: per block of 32 a scale d = (the value of largest magnitude) / −8 and codes
+// q = round(x/d) + 8 in [0, 15], element j in the low nibble of byte j, element j+16 in its high one.
+void quantize_q4_0(const float* x, BlockQ4_0* out, int64_t n_blocks) {
+  for (int64_t b = 0; b < n_blocks; ++b, x += 32) {
+    float amax = 0.0f, max = 0.0f;
+    for (int i = 0; i < 32; ++i)
+      if (std::fabs(x[i]) > amax) {
+        amax = std::fabs(x[i]);
+        max = x[i];
+      }
+    const float d = max / -8.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    out[b].d = fp32_to_fp16(d);
+    auto code = [&](float v) { return static_cast<uint8_t>(std::min(15, static_cast<int>(v * id + 8.5f))); };
+    for (int j = 0; j < 16; ++j) out[b].qs[j] = static_cast<uint8_t>(code(x[j]) | (code(x[j + 16]) << 4));
+  }
 }
 
-KvCache::KvCache(int n_ctx) : n_ctx_(n_ctx) {
-  if (n_ctx_ <= 0) fail("context size must be positive, got {}", n_ctx_);
+}  // namespace
+
+GgmlType kv_storage_type(KvType t) {
+  switch (t) {
+    case KvType::kF32: return GgmlType::F32;
+    case KvType::kF16: return GgmlType::F16;
+    case KvType::kBF16: return GgmlType::BF16;
+    case KvType::kQ8_0: return GgmlType::Q8_0;
+    case KvType::kQ4_0: return GgmlType::Q4_0;
+  }
+  fail("internal: unknown KV type {}", static_cast<int>(t));
+}
+
+int kv_padded_dim(KvType t, int dim) {
+  const int be = static_cast<int>(type_traits(kv_storage_type(t)).block_elems);
+  return (dim + be - 1) / be * be;
+}
+
+uint64_t kv_head_bytes(KvType t, int dim) { return row_bytes(kv_storage_type(t), kv_padded_dim(t, dim)); }
+
+void kv_store_head(KvType t, const float* x, int dim, std::byte* dst) {
+  switch (t) {
+    case KvType::kF32:
+      std::memcpy(dst, x, sizeof(float) * dim);
+      return;
+    case KvType::kF16:
+      for (int i = 0; i < dim; ++i) reinterpret_cast<uint16_t*>(dst)[i] = fp32_to_fp16(x[i]);
+      return;
+    case KvType::kBF16:
+      for (int i = 0; i < dim; ++i) reinterpret_cast<uint16_t*>(dst)[i] = fp32_to_bf16(x[i]);
+      return;
+    case KvType::kQ8_0:
+    case KvType::kQ4_0: {
+      const int padded = kv_padded_dim(t, dim);
+      thread_local std::vector<float> buf;
+      buf.assign(padded, 0.0f);
+      std::copy_n(x, dim, buf.begin());
+      if (t == KvType::kQ8_0) scalar::quantize_row_q8_0(buf.data(), dst, padded);
+      else quantize_q4_0(buf.data(), reinterpret_cast<BlockQ4_0*>(dst), padded / 32);
+      return;
+    }
+  }
+}
+
+void kv_load_head(KvType t, const std::byte* src, int dim, float* out) {
+  if (t == KvType::kF32) {
+    std::memcpy(out, src, sizeof(float) * dim);
+    return;
+  }
+  thread_local std::vector<float> buf;
+  buf.resize(kv_padded_dim(t, dim));
+  dequantize_row(kv_storage_type(t), src, buf.data(), static_cast<int64_t>(buf.size()));
+  std::copy_n(buf.begin(), dim, out);
+}
+
+uint64_t KvLayout::k_row_bytes(int il) const {
+  const KvLayerShape& s = layers[il];
+  return s.n_head * kv_head_bytes(config.type_k, s.head_dim_k);
+}
+
+uint64_t KvLayout::v_row_bytes(int il) const {
+  const KvLayerShape& s = layers[il];
+  return s.head_dim_v == 0 ? 0 : s.n_head * kv_head_bytes(config.type_v, s.head_dim_v);
+}
+
+int KvLayout::ring_slots(int il) const {
+  const int w = layers[il].window;
+  if (w <= 0 || config.max_step <= 0) return 0;
+  const int64_t slots = static_cast<int64_t>(w) + config.max_step;
+  return slots < n_ctx ? static_cast<int>(slots) : 0;
+}
+
+uint64_t KvLayout::bytes_per_position() const {
+  uint64_t b = 0;
+  for (int il = 0; il < static_cast<int>(layers.size()); ++il)
+    if (ring_slots(il) == 0) b += k_row_bytes(il) + v_row_bytes(il);
+  return b;
+}
+
+uint64_t KvLayout::fixed_bytes() const {
+  uint64_t b = 0;
+  for (int il = 0; il < static_cast<int>(layers.size()); ++il)
+    b += static_cast<uint64_t>(ring_slots(il)) * (k_row_bytes(il) + v_row_bytes(il));
+  return b;
+}
+
+KvCache::KvCache(std::vector<KvLayerShape> layers, int n_ctx, KvCacheConfig config)
+    : layout_{std::move(layers), config, n_ctx} {
+  if (n_ctx <= 0) fail("context size must be positive, got {}", n_ctx);
+  if (config.max_step < 0) fail("internal: negative KV step bound {}", config.max_step);
+}
+
+KvCache::KvCache(int n_ctx) {
+  layout_.n_ctx = n_ctx;
+  if (n_ctx <= 0) fail("context size must be positive, got {}", n_ctx);
 }
 
 KvCache::Seq& KvCache::seq_ref(int seq) {
@@ -23,35 +140,68 @@ KvCache::Seq& KvCache::seq_ref(int seq) {
   if (static_cast<size_t>(seq) >= seqs_.size()) seqs_.resize(seq + 1);
   if (!seqs_[seq]) {
     seqs_[seq] = std::make_unique<Seq>();
-    seqs_[seq]->blocks.resize(k_dims_.size());
+    seqs_[seq]->blocks.resize(layout_.layers.size());
+    seqs_[seq]->ring_lo.assign(layout_.layers.size(), 0);
   }
   return *seqs_[seq];
 }
 
-void KvCache::reserve(int seq, int n) {
-  if (n > n_ctx_) fail("context overflow: {} positions requested, the context holds {}", n, n_ctx_);
-  Seq& s = seq_ref(seq);
+const KvCache::Seq* KvCache::find(int seq) const {
+  return seq >= 0 && static_cast<size_t>(seq) < seqs_.size() ? seqs_[seq].get() : nullptr;
+}
+
+void KvCache::allocate(Seq& s, int n) {
   const size_t n_blocks = (static_cast<size_t>(n) + kBlock - 1) / kBlock;
-  for (size_t l = 0; l < k_dims_.size(); ++l) {
+  for (int l = 0; l < n_layer(); ++l) {
     auto& bl = s.blocks[l];
-    const size_t per_block = static_cast<size_t>(kBlock) * (k_dims_[l] + v_dims_[l]);
-    while (bl.size() < n_blocks) bl.emplace_back(new float[per_block]);
+    const uint64_t kb = layout_.k_row_bytes(l), vb = layout_.v_row_bytes(l);
+    if (const int ring = layout_.ring_slots(l)) {
+      if (bl.empty()) bl.emplace_back(new std::byte[align_up(ring * kb) + ring * vb]);
+      continue;
+    }
+    while (bl.size() < n_blocks) bl.emplace_back(new std::byte[align_up(kBlock * kb) + kBlock * vb]);
+  }
+}
+
+void KvCache::reserve(int seq, int n) {
+  if (n > n_ctx()) fail("context overflow: {} positions requested, the context holds {}", n, n_ctx());
+  Seq& s = seq_ref(seq);
+  allocate(s, n);
+  for (int l = 0; l < n_layer(); ++l) {
+    const int ring = layout_.ring_slots(l);
+    if (!ring) continue;
+    if (n - s.length > layout_.config.max_step)
+      fail("internal: a step of {} positions exceeds the KV ring's bound of {}", n - s.length, layout_.config.max_step);
+    // Rows this step writes overwrite positions n − ring and below (also when it fails).
+    s.ring_lo[l] = std::max(s.ring_lo[l], n - ring);
   }
 }
 
 int KvCache::length(int seq) const {
-  if (seq < 0 || static_cast<size_t>(seq) >= seqs_.size() || !seqs_[seq]) return 0;
-  return seqs_[seq]->length;
+  const Seq* s = find(seq);
+  return s ? s->length : 0;
 }
 
 void KvCache::set_length(int seq, int n) {
-  reserve(seq, n);
+  reserve(seq, std::max(n, length(seq)));
   seq_ref(seq).length = n;
+}
+
+bool KvCache::holds_window(const Seq& s, int n) const {
+  for (int l = 0; l < n_layer(); ++l)
+    if (layout_.ring_slots(l) && std::max(0, n - layout_.layers[l].window + 1) < s.ring_lo[l]) return false;
+  return true;
 }
 
 void KvCache::truncate(int seq, int n) {
   Seq& s = seq_ref(seq);
-  s.length = std::min(s.length, std::max(0, n));
+  n = std::clamp(n, 0, s.length);
+  if (holds_window(s, n)) {
+    s.length = n;
+    return;
+  }
+  s.length = 0;
+  std::fill(s.ring_lo.begin(), s.ring_lo.end(), 0);
 }
 
 void KvCache::remove(int seq) {
@@ -60,36 +210,114 @@ void KvCache::remove(int seq) {
 
 void KvCache::copy_prefix(int src, int dst, int n) {
   if (n > length(src)) fail("internal: prefix of {} positions exceeds source length {}", n, length(src));
-  reserve(dst, n);
-  for (int l = 0; l < n_layer(); ++l)
-    for (int p = 0; p < n; ++p) {
-      std::memcpy(k(dst, l, p), k(src, l, p), sizeof(float) * k_dims_[l]);
-      std::memcpy(v(dst, l, p), v(src, l, p), sizeof(float) * v_dims_[l]);
+  const Seq& from = *find(src);
+  if (!holds_window(from, n)) {
+    truncate(dst, 0);
+    return;
+  }
+  Seq& to = seq_ref(dst);
+  allocate(to, n);
+  for (int l = 0; l < n_layer(); ++l) {
+    const uint64_t kb = layout_.k_row_bytes(l), vb = layout_.v_row_bytes(l);
+    to.ring_lo[l] = from.ring_lo[l];
+    for (int p = from.ring_lo[l]; p < n; ++p) {
+      std::memcpy(row(dst, l, p, false), row(src, l, p, false), kb);
+      std::memcpy(row(dst, l, p, true), row(src, l, p, true), vb);
     }
-  seq_ref(dst).length = n;
+  }
+  to.length = n;
 }
 
-float* KvCache::row(int seq, int layer, int pos, bool value) {
-  Seq& s = *seqs_[seq];
-  float* block = s.blocks[layer][pos / kBlock].get();
+void KvCache::store(int seq, int layer, int pos, const float* k, const float* v) {
+  const KvLayerShape& sh = layout_.layers[layer];
+  std::byte* kr = row(seq, layer, pos, false);
+  const uint64_t khb = kv_head_bytes(type_k(), sh.head_dim_k);
+  for (int h = 0; h < sh.n_head; ++h) kv_store_head(type_k(), k + h * sh.head_dim_k, sh.head_dim_k, kr + h * khb);
+  if (sh.head_dim_v == 0) return;
+  std::byte* vr = row(seq, layer, pos, true);
+  const uint64_t vhb = kv_head_bytes(type_v(), sh.head_dim_v);
+  for (int h = 0; h < sh.n_head; ++h) kv_store_head(type_v(), v + h * sh.head_dim_v, sh.head_dim_v, vr + h * vhb);
+}
+
+std::byte* KvCache::row(int seq, int layer, int pos, bool value) const {
+  const Seq& s = *seqs_[seq];
+  const uint64_t kb = layout_.k_row_bytes(layer);
+  if (const int ring = layout_.ring_slots(layer)) {
+    std::byte* base = s.blocks[layer][0].get();
+    const int slot = pos % ring;
+    return value ? base + align_up(ring * kb) + slot * layout_.v_row_bytes(layer) : base + slot * kb;
+  }
+  std::byte* block = s.blocks[layer][pos / kBlock].get();
   const int in_block = pos % kBlock;
-  if (!value) return block + static_cast<size_t>(in_block) * k_dims_[layer];
-  return block + static_cast<size_t>(kBlock) * k_dims_[layer] + static_cast<size_t>(in_block) * v_dims_[layer];
-}
-
-uint64_t KvCache::bytes_per_position() const {
-  uint64_t b = 0;
-  for (size_t l = 0; l < k_dims_.size(); ++l) b += sizeof(float) * (k_dims_[l] + v_dims_[l]);
-  return b;
+  return value ? block + align_up(kBlock * kb) + in_block * layout_.v_row_bytes(layer) : block + in_block * kb;
 }
 
 uint64_t KvCache::allocated_bytes() const {
   uint64_t b = 0;
   for (const auto& s : seqs_)
     if (s)
-      for (size_t l = 0; l < s->blocks.size(); ++l)
-        b += s->blocks[l].size() * sizeof(float) * kBlock * (k_dims_[l] + v_dims_[l]);
+      for (int l = 0; l < n_layer(); ++l) {
+        const uint64_t rows = layout_.ring_slots(l) ? (s->blocks[l].empty() ? 0 : layout_.ring_slots(l))
+                                                    : s->blocks[l].size() * kBlock;
+        b += rows * (layout_.k_row_bytes(l) + layout_.v_row_bytes(l));
+      }
   return b;
+}
+
+std::vector<std::byte> KvCache::export_prefix(int seq, int n) const {
+  const Seq* s = find(seq);
+  if (!s || n > s->length || !holds_window(*s, n)) return {};
+  std::vector<std::byte> out;
+  for (int l = 0; l < n_layer(); ++l) {
+    const int32_t lo = s->ring_lo[l];
+    const auto* lb = reinterpret_cast<const std::byte*>(&lo);
+    out.insert(out.end(), lb, lb + sizeof lo);
+    const uint64_t kb = layout_.k_row_bytes(l), vb = layout_.v_row_bytes(l);
+    for (int p = lo; p < n; ++p) {
+      const std::byte* k = row(seq, l, p, false);
+      out.insert(out.end(), k, k + kb);
+      const std::byte* v = row(seq, l, p, true);
+      out.insert(out.end(), v, v + vb);
+    }
+  }
+  return out;
+}
+
+void KvCache::import_prefix(int seq, int n, const std::vector<std::byte>& data) {
+  if (!exportable()) fail("this model's KV cache has no saved form to restore");
+  if (n < 0 || n > n_ctx()) fail("KV state of {} positions does not fit the context of {}", n, n_ctx());
+  remove(seq);
+  Seq& s = seq_ref(seq);
+  allocate(s, n);
+  size_t at = 0;
+  auto take = [&](void* dst, size_t bytes) {
+    if (data.size() - at < bytes) {
+      remove(seq);
+      fail("KV state is truncated: {} bytes, more expected for {} positions", data.size(), n);
+    }
+    std::memcpy(dst, data.data() + at, bytes);
+    at += bytes;
+  };
+  for (int l = 0; l < n_layer(); ++l) {
+    const uint64_t kb = layout_.k_row_bytes(l), vb = layout_.v_row_bytes(l);
+    int32_t lo = 0;
+    take(&lo, sizeof lo);
+    const int ring = layout_.ring_slots(l);
+    if (lo < 0 || lo > n || (ring ? n - lo > ring : lo != 0)) {
+      remove(seq);
+      fail("KV state of layer {} starts at position {}, which does not fit {} positions", l, lo, n);
+    }
+    s.ring_lo[l] = lo;
+    for (int p = lo; p < n; ++p) {
+      take(row(seq, l, p, false), kb);
+      take(row(seq, l, p, true), vb);
+    }
+  }
+  if (at != data.size()) {
+    remove(seq);
+    fail("KV state has {} bytes, {} expected for {} positions", data.size(), at, n);
+  }
+  s.length = n;
 }
 
 }  // namespace sluice

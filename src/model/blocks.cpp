@@ -45,8 +45,7 @@ void attention_block(ForwardContext& ctx, int il, const AttentionWeights& w, con
     const int32_t pos = ctx.batch.pos[t];
     c.rope->apply(qt, c.n_head, c.head_dim_k, pos);
     c.rope->apply(kt, c.n_head_kv, c.head_dim_k, pos);
-    std::copy_n(kt, k_dim, ctx.kv.k(ctx.batch.seq[t], il, pos));
-    std::copy_n(v.data() + t * v_dim, v_dim, ctx.kv.v(ctx.batch.seq[t], il, pos));
+    ctx.kv.store(ctx.batch.seq[t], il, pos, kt, v.data() + t * v_dim);
   }
   ctx.dump("Qcur", il, q.data(), q_dim);
   ctx.dump("Kcur", il, k.data(), k_dim);

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ops/rope.h"
@@ -55,5 +56,8 @@ struct HParams {
 
 // Reads the keys common to all architectures; arch files refine (rope type, defaults).
 HParams read_hparams(const gguf::File& file);
+// Which layers use the sliding window, from the architecture (the files do not say): the one rule
+// the model and `sluice inspect`'s KV estimate share.
+std::vector<bool> swa_layer_pattern(std::string_view arch, int n_layer);
 
 }  // namespace sluice

@@ -40,7 +40,7 @@ void mla_attention_block(ForwardContext& ctx, int il, const MlaWeights& w, const
     float* row = kv_a.data() + t * width;
     rmsnorm(row, w.kv_a_norm.f32(), row, c.kv_lora, c.eps);
     c.rope->apply(row + c.kv_lora, 1, c.n_rot, ctx.batch.pos[t]);
-    std::copy_n(row, width, ctx.kv.k(ctx.batch.seq[t], il, ctx.batch.pos[t]));
+    ctx.kv.store(ctx.batch.seq[t], il, ctx.batch.pos[t], row, nullptr);
   }
   ctx.dump("kv_cmpr_pe", il, kv_a.data(), width);
 
@@ -61,8 +61,8 @@ void mla_attention_block(ForwardContext& ctx, int il, const MlaWeights& w, const
 
   // Every head attends over the same cached rows (one KV head): keys are latent+rope, values the
   // latent prefix of each row.
-  if (ctx.kv.k_dim(il) != width)
-    fail("internal: layer {} KV cache holds {} floats per position, MLA needs {}", il, ctx.kv.k_dim(il), width);
+  if (ctx.kv.shape(il).head_dim_k != width)
+    fail("internal: layer {} KV cache holds {} floats per position, MLA needs {}", il, ctx.kv.shape(il).head_dim_k, width);
   std::vector<float> lat(n_tok * c.n_head * c.kv_lora);
   AttentionParams ap;
   ap.n_head = c.n_head;

@@ -26,13 +26,10 @@ void Model::load_embedding_and_head(const gguf::File& file) {
   if (!output_) output_ = token_embd_;
 }
 
-std::unique_ptr<KvCache> Model::make_kv_cache(int n_ctx) const {
-  std::vector<int> k(hp_.n_layer), v(hp_.n_layer);
-  for (int il = 0; il < hp_.n_layer; ++il) {
-    k[il] = kv_k_dim(il);
-    v[il] = kv_v_dim(il);
-  }
-  return std::make_unique<KvCache>(std::move(k), std::move(v), n_ctx);
+std::unique_ptr<KvCache> Model::make_kv_cache(int n_ctx, const KvCacheConfig& config) const {
+  std::vector<KvLayerShape> layers(hp_.n_layer);
+  for (int il = 0; il < hp_.n_layer; ++il) layers[il] = kv_layer(il);
+  return std::make_unique<KvCache>(std::move(layers), n_ctx, config);
 }
 
 void Model::forward(ThreadPool& pool, const Batch& batch, KvCache& kv, ExpertStore& experts,

@@ -80,7 +80,9 @@ class Model {
   // current hidden state and let the store start reading them.
   void set_prefetch(bool on) { prefetch_ = on; }
 
-  virtual std::unique_ptr<KvCache> make_kv_cache(int n_ctx) const;
+  // The KV cache of this model for sequences of up to n_ctx positions (config: stored types and
+  // the step bound that lets windowed layers keep a ring; kv/kv_cache.h).
+  virtual std::unique_ptr<KvCache> make_kv_cache(int n_ctx, const KvCacheConfig& config = {}) const;
   // Evaluates the batch: appends every token's K/V to the cache, reads routed experts through
   // `experts`, and writes n_vocab logits per token with want_logits set, in batch order, into
   // `logits` (resized).
@@ -97,9 +99,10 @@ class Model {
   virtual void begin_forward(ForwardContext&) {}
   // The n_embd-vector the output norm and head see for each of n rows of residual streams.
   virtual void head_input(ThreadPool& pool, const float* x, int64_t n, float* h) const;
-  // K/V widths per position for each layer (MLA stores a latent instead of heads).
-  virtual int kv_k_dim(int il) const { return hp_.n_embd_k_gqa(il); }
-  virtual int kv_v_dim(int il) const { return hp_.n_embd_v_gqa(il); }
+  // What layer il caches per position (MLA stores one latent head and no values).
+  virtual KvLayerShape kv_layer(int il) const {
+    return {hp_.n_head_kv[il], hp_.head_dim_k, hp_.head_dim_v, hp_.swa_layers[il] ? hp_.sliding_window : 0};
+  }
   // Shared by architectures: token embedding, final norm and output head (tied when absent).
   void load_embedding_and_head(const gguf::File& file);
   // Architectures register each MoE layer's FFN norm and router for lookahead prefetch, and call

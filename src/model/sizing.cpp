@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/meminfo.h"
 #include "kv/ds4_cache.h"
+#include "model/hparams.h"
 
 namespace sluice {
 
@@ -99,12 +100,13 @@ TokenizerSummary read_tokenizer_summary(const gguf::File& f) {
   return t;
 }
 
-KvEstimate estimate_kv(const ModelSummary& m, int64_t ctx) {
+KvEstimate estimate_kv(const ModelSummary& m, int64_t ctx, const KvCacheConfig& config) {
   KvEstimate kv;
   kv.ctx = ctx;
+  kv.type_k = config.type_k;
+  kv.type_v = config.type_v;
   if (!m.n_layer || *m.n_layer <= 0) return kv;
   kv.n_layer = std::max<int64_t>(0, *m.n_layer - m.n_mtp_layers.value_or(0));
-  constexpr uint64_t kF32 = 4;
   if (m.arch == "deepseek4") {
     // The cache's own rule (kv/ds4_cache.h): pooled rows and indexer keys per position, plus the
     // window ring and compressor states of every layer.
@@ -118,26 +120,32 @@ KvEstimate estimate_kv(const ModelSummary& m, int64_t ctx) {
     shape.window = static_cast<int>(*m.sliding_window);
     kv.bytes_per_token = shape.bytes_per_position();
     kv.fixed_bytes = shape.fixed_bytes();
-  } else if (m.is_mla) {
-    // MLA caches the compressed KV latent plus the shared rotary key part, whatever the head count.
-    const uint64_t per_layer =
-        sat_mul(static_cast<uint64_t>(*m.kv_lora_rank + std::max<int64_t>(0, m.rope_dim.value_or(0))), kF32);
-    kv.bytes_per_token = sat_mul(per_layer, static_cast<uint64_t>(kv.n_layer));
   } else {
-    const std::vector<int64_t>& heads = m.n_head_kv.empty() ? m.n_head : m.n_head_kv;
-    std::optional<int64_t> k = m.key_length;
-    if (!k && m.n_embd && !m.n_head.empty() && m.n_head[0] > 0) k = *m.n_embd / m.n_head[0];
-    const int64_t v = m.value_length.value_or(k.value_or(0));
-    if (heads.empty() || !k || *k < 0 || v < 0) return kv;
-    auto layer_bytes = [&](int64_t h) {
-      // Recurrent or attention-free layers (0 KV heads) keep no cache.
-      return h <= 0 ? 0 : sat_mul(sat_mul(static_cast<uint64_t>(h), static_cast<uint64_t>(*k + v)), kF32);
-    };
-    if (heads.size() == static_cast<size_t>(*m.n_layer)) {
-      for (int64_t il = 0; il < kv.n_layer; ++il) kv.bytes_per_token = sat_add(kv.bytes_per_token, layer_bytes(heads[il]));
+    // The cache's own rule (KvLayout) over the layers the file describes.
+    KvLayout layout;
+    layout.config = config;
+    layout.n_ctx = static_cast<int>(std::clamp<int64_t>(ctx, 1, INT32_MAX));
+    if (m.is_mla) {
+      // MLA caches the compressed KV latent plus the shared rotary key part, whatever the head count.
+      const int width = static_cast<int>(*m.kv_lora_rank + std::max<int64_t>(0, m.rope_dim.value_or(0)));
+      layout.layers.assign(kv.n_layer, KvLayerShape{1, width, 0, 0});
     } else {
-      kv.bytes_per_token = sat_mul(layer_bytes(heads[0]), static_cast<uint64_t>(kv.n_layer));
+      const std::vector<int64_t>& heads = m.n_head_kv.empty() ? m.n_head : m.n_head_kv;
+      std::optional<int64_t> k = m.key_length;
+      if (!k && m.n_embd && !m.n_head.empty() && m.n_head[0] > 0) k = *m.n_embd / m.n_head[0];
+      const int64_t v = m.value_length.value_or(k.value_or(0));
+      if (heads.empty() || !k || *k < 0 || v < 0) return kv;
+      const std::vector<bool> swa = swa_layer_pattern(m.arch, static_cast<int>(kv.n_layer));
+      const int window = static_cast<int>(m.sliding_window.value_or(0));
+      for (int64_t il = 0; il < kv.n_layer; ++il) {
+        const int64_t h = heads.size() == static_cast<size_t>(*m.n_layer) ? heads[il] : heads[0];
+        // Recurrent or attention-free layers (0 KV heads) keep no cache.
+        layout.layers.push_back({static_cast<int>(std::max<int64_t>(0, h)), static_cast<int>(*k), static_cast<int>(v),
+                                 swa[il] ? window : 0});
+      }
     }
+    kv.bytes_per_token = layout.bytes_per_position();
+    kv.fixed_bytes = layout.fixed_bytes();
   }
   kv.bytes = sat_add(sat_mul(kv.bytes_per_token, static_cast<uint64_t>(std::max<int64_t>(0, ctx))), kv.fixed_bytes);
   return kv;
@@ -195,7 +203,7 @@ std::string suggested_flags(const MemoryFacts& facts, const MemoryPlan& plan) {
   return "--experts stream --ssd-streaming-cache-experts " + format_flag_size(plan.cache_bytes);
 }
 
-MemoryFacts memory_facts(const gguf::File& file) {
+MemoryFacts memory_facts(const gguf::File& file, const KvCacheConfig& config, int64_t n_ctx) {
   const ModelSummary m = read_model_summary(file);
   int first_mtp = -1;
   if (m.n_layer && m.n_mtp_layers && *m.n_mtp_layers > 0)
@@ -215,7 +223,7 @@ MemoryFacts memory_facts(const gguf::File& file) {
   for (const auto& [layer, b] : expert_bytes) f.expert_bytes = std::max(f.expert_bytes, b);
   f.n_expert = static_cast<int>(m.n_expert.value_or(0));
   f.n_expert_used = static_cast<int>(m.n_expert_used.value_or(0));
-  const KvEstimate kv = estimate_kv(m, 1);
+  const KvEstimate kv = estimate_kv(m, n_ctx, config);
   f.kv_bytes_per_token = kv.bytes_per_token;
   f.kv_fixed_bytes = kv.fixed_bytes;
   return f;
@@ -264,7 +272,7 @@ ModelReport analyze_model(const gguf::File& file, const SizingOptions& opts) {
   const int64_t trained = r.model.context_length.value_or(0);
   const int64_t ctx = opts.ctx.value_or(trained > 0 ? std::min<int64_t>(trained, 4096) : 4096);
   if (ctx <= 0) fail("context size {} must be positive", ctx);
-  r.kv = estimate_kv(r.model, ctx);
+  r.kv = estimate_kv(r.model, ctx, opts.kv);
 
   MemoryBudget budget;
   if (opts.ram) {
@@ -275,7 +283,7 @@ ModelReport analyze_model(const gguf::File& file, const SizingOptions& opts) {
       fail("cannot determine the available memory (no /proc/meminfo or cgroup limit); pass --ram SIZE");
     budget = memory_budget(mi, 0, "");
   }
-  r.facts = memory_facts(file);
+  r.facts = memory_facts(file, opts.kv, ctx);
   r.plan = plan_memory(r.facts, {.budget = budget, .n_ctx = ctx, .n_slots = opts.slots});
   r.decode = estimate_decode(r.facts, r.plan, opts.disk_bytes_per_second, opts.ram_tokens_per_second);
   const uint64_t routed = r.class_totals[static_cast<size_t>(TensorClass::RoutedExpert)];

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "kv/kv_cache.h"
 #include "model/memory_plan.h"
 #include "model/tensor_class.h"
 
@@ -58,9 +59,10 @@ struct ExpertShape {
 struct KvEstimate {
   int64_t ctx = 0;
   int64_t n_layer = 0;         // layers that keep a cache (MTP blocks excluded)
-  uint64_t bytes_per_token = 0;  // all layers, f32
-  uint64_t fixed_bytes = 0;      // per sequence whatever its length (deepseek4 rings and states)
+  uint64_t bytes_per_token = 0;  // all layers that grow with the sequence, at the KV types
+  uint64_t fixed_bytes = 0;      // per sequence whatever its length (window rings; deepseek4 states)
   uint64_t bytes = 0;            // bytes_per_token · ctx + fixed_bytes
+  KvType type_k = KvType::kF32, type_v = KvType::kF32;
 };
 
 enum class VerdictLevel { NearInRam, Usable, TooSmall };
@@ -98,13 +100,15 @@ struct SizingOptions {
   std::optional<int64_t> ctx;   // default: the model's context_length capped at 4096
   std::optional<uint64_t> ram;  // a hard budget, as `run --mem-limit`; default: detected as `run` does
   int slots = 1;                // sequences with a KV cache each (serve --parallel)
+  KvCacheConfig kv = engine_kv_config(KvType::kF32, KvType::kF32);  // as Engine::load makes its cache
   double disk_bytes_per_second = 0;  // for the decode estimate; 0: no estimate
   double ram_tokens_per_second = 0;  // decode speed with every expert in RAM; 0: I/O ceiling only
 };
 
 ModelSummary read_model_summary(const gguf::File& file);
 TokenizerSummary read_tokenizer_summary(const gguf::File& file);
-KvEstimate estimate_kv(const ModelSummary& m, int64_t ctx);
+// The KV cache one sequence of ctx positions holds with `config` (kv/kv_cache.h's KvLayout rule).
+KvEstimate estimate_kv(const ModelSummary& m, int64_t ctx, const KvCacheConfig& config = {});
 // The thresholds: ≥ 70 % of routed experts fit → NearInRam, ≥ 40 % → Usable, else TooSmall.
 // `reserved`: the part of `ram` the planner keeps back (the unusable share and the margin), so
 // that the budget left for experts is the plan's. `flags` is left empty: it comes from the memory
@@ -116,7 +120,9 @@ std::string suggested_flags(const MemoryFacts& facts, const MemoryPlan& plan);
 // weights of the forward pass's layers; resident is every other tensor of those layers and the
 // globals (nextn/MTP blocks are never read). Routed expert biases (gpt-oss) are in neither.
 // kv_bytes_per_token is inspect's estimate, which equals the engine's cache (tested per preset).
-MemoryFacts memory_facts(const gguf::File& file);
+// With `config` and n_ctx the KV counts are the cache Engine::load makes (rings depend on both);
+// the defaults give a full-length f32 cache.
+MemoryFacts memory_facts(const gguf::File& file, const KvCacheConfig& config = {}, int64_t n_ctx = 1);
 // A byte count as a flag value that parse_byte_size reads back, rounded down by under 1 %
 // ("11.5GiB", "1945KiB").
 std::string format_flag_size(uint64_t bytes);

@@ -8,13 +8,20 @@
 // long, each pair's positions are also split into segments: every segment yields its own maximum,
 // exp-sum and unnormalised value sum, and a merge rescales them to the common maximum (the
 // flash-decoding identity). Short contexts keep the single pass, so their results are unchanged.
+//
+// The cache's stored types are read directly: f16/bf16 keys through their dot kernels with the f32
+// query, q8_0/q4_0 keys through theirs with the query quantized to q8_0 once per (token, head)
+// (padded with zeros to whole blocks, as the stored heads are); values are dequantized per row.
+// An f32 cache takes exactly the f32 path it always did.
 #include "ops/attention.h"
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "core/error.h"
 #include "quant/dispatch.h"
+#include "quant/types.h"
 
 namespace sluice {
 
@@ -31,12 +38,27 @@ struct Pair {
   int kvh;
 };
 
+thread_local std::vector<float> t_scores;
+thread_local std::vector<float> t_acc;
+thread_local std::vector<float> t_row;         // a dequantized value row
+thread_local std::vector<float> t_qpad;        // the query padded to whole blocks
+thread_local std::vector<std::byte> t_qquant;  // the query in the key dot's activation format
+
 class Attender {
  public:
   Attender(const AttentionParams& p, const KvCache& kv, int layer, const float* q,
            const int32_t* seq, const int32_t* pos)
       : p_(p), kv_(kv), layer_(layer), q_(q), seq_(seq), pos_(pos),
-        dot_(dot_kernels(GgmlType::F32).vec_dot) {}
+        kt_(kv.type_k()), vt_(p.values_in_keys ? kv.type_k() : kv.type_v()),
+        kd_(dot_kernels(kv_storage_type(kt_))),
+        k_pad_(kv_padded_dim(kt_, p.head_dim_k)),
+        k_head_(kv_head_bytes(kt_, p.head_dim_k)),
+        v_dim_(p.values_in_keys ? p.head_dim_k : p.head_dim_v),
+        v_head_(kv_head_bytes(vt_, v_dim_)) {
+    if (kv.shape(layer).head_dim_k != p.head_dim_k || kv.shape(layer).n_head != p.n_head_kv)
+      fail("internal: layer {} KV cache holds {} heads of {}, attention reads {} of {}", layer,
+           kv.shape(layer).n_head, kv.shape(layer).head_dim_k, p.n_head_kv, p.head_dim_k);
+  }
 
   Pair pair(int64_t item) const {
     const int64_t t = item / p_.n_head;
@@ -47,12 +69,24 @@ class Attender {
             h / (p_.n_head / p_.n_head_kv)};
   }
 
+  // The query in the format the key dot kernel reads (the f32 query itself for f32/f16/bf16 keys);
+  // valid until the next call on this thread.
+  const void* query(const Pair& pr) const {
+    if (kd_.vec_dot_type == GgmlType::F32) return pr.q;
+    t_qpad.assign(k_pad_, 0.0f);
+    std::copy_n(pr.q, p_.head_dim_k, t_qpad.begin());
+    t_qquant.resize(row_bytes(kd_.vec_dot_type, k_pad_));
+    kd_.quantize(t_qpad.data(), t_qquant.data(), k_pad_);
+    return t_qquant.data();
+  }
+
   // Scaled q·k for positions [k0, k1) into scores[0..); returns their maximum (−inf if empty).
-  float scores(const Pair& pr, int32_t k0, int32_t k1, float* scores) const {
+  float scores(const Pair& pr, const void* q, int32_t k0, int32_t k1, float* scores) const {
     float mx = -INFINITY;
+    const int n = kt_ == KvType::kF32 ? p_.head_dim_k : k_pad_;
     for (int32_t k = k0; k < k1; ++k) {
-      const float* kr = kv_.k(pr.seq, layer_, k) + pr.kvh * p_.head_dim_k;
-      const float dot = dot_(p_.head_dim_k, kr, pr.q) * p_.scale;
+      const std::byte* kr = kv_.k_row(pr.seq, layer_, k) + pr.kvh * k_head_;
+      const float dot = kd_.vec_dot(n, kr, q) * p_.scale;
       scores[k - k0] = dot;
       mx = std::max(mx, dot);
     }
@@ -73,9 +107,15 @@ class Attender {
   void weighted_values(const Pair& pr, int32_t k0, int32_t k1, const float* weights,
                        float* acc) const {
     std::fill(acc, acc + p_.head_dim_v, 0.0f);
+    if (vt_ != KvType::kF32) t_row.resize(v_dim_);
     for (int32_t k = k0; k < k1; ++k) {
-      const float* vr = p_.values_in_keys ? kv_.k(pr.seq, layer_, k) + pr.kvh * p_.head_dim_k
-                                          : kv_.v(pr.seq, layer_, k) + pr.kvh * p_.head_dim_v;
+      const std::byte* raw = (p_.values_in_keys ? kv_.k_row(pr.seq, layer_, k) : kv_.v_row(pr.seq, layer_, k)) +
+                             pr.kvh * v_head_;
+      const float* vr = reinterpret_cast<const float*>(raw);
+      if (vt_ != KvType::kF32) {
+        kv_load_head(vt_, raw, v_dim_, t_row.data());
+        vr = t_row.data();
+      }
       const float w = weights[k - k0];
       for (int d = 0; d < p_.head_dim_v; ++d) acc[d] += w * vr[d];
     }
@@ -88,11 +128,13 @@ class Attender {
   const float* q_;
   const int32_t* seq_;
   const int32_t* pos_;
-  VecDotFn dot_;
+  KvType kt_, vt_;
+  DotKernels kd_;
+  int k_pad_;
+  uint64_t k_head_;
+  int v_dim_;  // floats per stored value head (MLA: the whole key row)
+  uint64_t v_head_;
 };
-
-thread_local std::vector<float> t_scores;
-thread_local std::vector<float> t_acc;
 
 float* scores_buffer(size_t n) {
   if (t_scores.size() < n) t_scores.resize(n);
@@ -124,7 +166,7 @@ void attention(ThreadPool& pool, const AttentionParams& p, const KvCache& kv, in
         const Pair pr = at.pair(it);
         const int h = static_cast<int>(it % p.n_head);
         const int32_t n = pr.last - pr.first + 1;
-        float mx = at.scores(pr, pr.first, pr.last + 1, scores);
+        float mx = at.scores(pr, at.query(pr), pr.first, pr.last + 1, scores);
         const float sink = p.sinks ? p.sinks[h] : -INFINITY;
         mx = std::max(mx, sink);
         const float sum = Attender::exponentiate(scores, n, mx, p.sinks ? std::exp(sink - mx) : 0.0f);
@@ -150,7 +192,7 @@ void attention(ThreadPool& pool, const AttentionParams& p, const KvCache& kv, in
       const auto k0 = static_cast<int32_t>(pr.first + span * s / n_seg);
       const auto k1 = static_cast<int32_t>(pr.first + span * (s + 1) / n_seg);
       float* scores = scores_buffer(static_cast<size_t>(std::max<int32_t>(1, k1 - k0)));
-      const float mx = at.scores(pr, k0, k1, scores);
+      const float mx = at.scores(pr, at.query(pr), k0, k1, scores);
       seg_max[it] = mx;
       seg_sum[it] = Attender::exponentiate(scores, k1 - k0, mx, 0.0f);
       at.weighted_values(pr, k0, k1, scores, seg_acc.data() + it * p.head_dim_v);

@@ -18,7 +18,7 @@
 namespace sluice {
 
 namespace {
-constexpr int kPrefillChunk = 512;
+constexpr int kPrefillChunk = kEngineKvStep;
 }  // namespace
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -52,7 +52,8 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& o) {
   if (hp.n_ctx_train > 0 && impl->n_ctx > hp.n_ctx_train)
     SLUICE_LOG_WARN("warning: context {} exceeds the model's trained context {}; output past {} tokens may degrade",
                     impl->n_ctx, hp.n_ctx_train, hp.n_ctx_train);
-  const std::unique_ptr<KvCache> kv_shape = impl->model->make_kv_cache(impl->n_ctx);
+  impl->kv_config = engine_kv_config(o.kv_type_k, o.kv_type_v);
+  const std::unique_ptr<KvCache> kv_shape = impl->make_kv_cache(impl->n_ctx);
   const ExpertPlan plan = plan_experts(*impl->file, o, *kv_shape, impl->n_ctx);
   impl->experts = make_expert_store(*impl->file, *impl->model, o, plan);
   impl->model->set_prefetch(o.prefetch && plan.memory.placement == Placement::kStream);
@@ -141,7 +142,7 @@ std::unique_ptr<Session> Engine::new_session(int n_ctx) {
   if (n_ctx == 0) n_ctx = impl_->n_ctx;
   auto s = std::make_unique<Session::Impl>();
   s->engine = impl_.get();
-  s->kv = impl_->model->make_kv_cache(n_ctx);
+  s->kv = impl_->make_kv_cache(n_ctx);
   return std::unique_ptr<Session>(new Session(std::move(s)));
 }
 

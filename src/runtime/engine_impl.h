@@ -27,6 +27,8 @@ struct Engine::Impl {
   std::atomic<bool> experts_busy{false};
   ModelInfo info;
   int n_ctx = 0;  // per-session context
+  KvCacheConfig kv_config;  // stored types and the step bound (engine_kv_config)
+  std::unique_ptr<KvCache> make_kv_cache(int ctx) const { return model->make_kv_cache(ctx, kv_config); }
   double load_seconds = 0;
 };
 

@@ -117,7 +117,7 @@ struct Scheduler::Impl {
 
   Impl(Engine& e, const SchedulerOptions& o)
       : public_engine(e), engine(engine_impl(e)), lease(engine, "a Scheduler"), options(o) {
-    kv = engine.model->make_kv_cache(engine.n_ctx);
+    kv = engine.make_kv_cache(engine.n_ctx);
     slots.resize(o.n_parallel);
     for (int i = 0; i < o.n_parallel; ++i) slots[i].id = i;
   }
@@ -313,7 +313,8 @@ struct Scheduler::Impl {
     int budget = std::max(1, options.prefill_chunk);
     for (Slot* s : prefilling) {
       const int pos = kv->length(s->id);
-      const int end = std::min<int>(s->ctx.size(), pos + budget);
+      // A sequence adds at most the cache's step bound per step (windowed layers keep rings).
+      const int end = std::min<int>(s->ctx.size(), pos + std::min(budget, kv->max_step()));
       if (end <= pos) break;
       for (int i = pos; i < end; ++i) batch.add(s->ctx[i], i, s->id, i + 1 == static_cast<int>(s->ctx.size()));
       if (end == static_cast<int>(s->ctx.size())) rows.push_back(s->id);

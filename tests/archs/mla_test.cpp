@@ -162,7 +162,7 @@ void check_absorbed_equals_decompressed(bool q_lora) {
 
   ThreadPool pool(2);
   NoExperts experts;
-  KvCache kv({mla_cache_width(c)}, {0}, 16);
+  KvCache kv({{1, mla_cache_width(c), 0, 0}}, 16);
   std::vector<std::vector<Token>> hist(2);
   std::mt19937 gen(99);
   std::normal_distribution<float> nd;

@@ -257,9 +257,20 @@ TEST(GenMoePresets, CutDownFilesHaveTheLayoutKeysAndClasses) {
       EXPECT_EQ(report.kv.n_layer, 3);
     }
 
-    // inspect's KV estimate is what the engine's cache holds per position (fp32; MLA: the latent
-    // and the rope key only; gpt-oss: full length on windowed layers too; no MTP layers).
-    EXPECT_EQ(load_model(*f)->make_kv_cache(16)->bytes_per_position(), report.kv.bytes_per_token);
+    // inspect's KV estimate is what the engine's cache holds, per stored type (MLA: the latent and
+    // the rope key only; gpt-oss: rings of window + step rows on windowed layers; no MTP layers).
+    const auto model = load_model(*f);
+    for (KvType t : {KvType::kF32, KvType::kF16, KvType::kBF16, KvType::kQ8_0, KvType::kQ4_0}) {
+      SCOPED_TRACE(kv_type_name(t));
+      SizingOptions o{std::nullopt, uint64_t{1} << 30};
+      o.kv = engine_kv_config(t, t);
+      const ModelReport rt = analyze_model(*f, o);
+      const auto cache = model->make_kv_cache(static_cast<int>(rt.kv.ctx), o.kv);
+      EXPECT_EQ(cache->bytes_per_position(), rt.kv.bytes_per_token);
+      EXPECT_EQ(cache->bytes_for(0), rt.kv.fixed_bytes);
+      if (s.arch == "gpt-oss") EXPECT_GT(rt.kv.fixed_bytes, 0u);
+      if (t == KvType::kQ8_0) EXPECT_LT(rt.kv.bytes_per_token * 3, report.kv.bytes_per_token);
+    }
 
     // The engine streams the routed experts inspect counts (none of the nextn layer's), gpt-oss's
     // per-expert biases with their experts.

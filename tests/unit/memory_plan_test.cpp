@@ -158,6 +158,26 @@ TEST(MemoryPlan, SuggestedFlagsSayWhatTheEngineDoes) {
   EXPECT_EQ(suggested_flags(dense, plan_memory(dense, hard(16 * kGiB))), "");
 }
 
+// The same per stored KV type (and with gpt-oss's rings, at a context longer than a ring).
+TEST(MemoryPlan, InspectPlansWhatEngineLoadDoesPerKvType) {
+  for (const char* rel : {"reference/gptoss-mxfp4.gguf", "reference/deepseek2-q8_0.gguf"}) {
+    const std::string path = test::testdata(rel);
+    auto file = gguf::File::open(path);
+    const uint64_t budget = uint64_t{256} << 20;
+    for (KvType t : {KvType::kF16, KvType::kBF16, KvType::kQ8_0, KvType::kQ4_0}) {
+      SCOPED_TRACE(std::string(rel) + " " + kv_type_name(t));
+      SizingOptions o{1024, budget, 2};
+      o.kv = engine_kv_config(t, KvType::kQ8_0);
+      const ModelReport r = analyze_model(*file, o);
+      auto engine = Engine::load({.model_path = path, .n_threads = 1, .n_ctx = 1024, .kv_slots = 2, .mem_limit = budget,
+                                  .cold = true, .lock_memory = false, .kv_type_k = t, .kv_type_v = KvType::kQ8_0});
+      EXPECT_EQ(engine->info().kv_bytes, r.plan.kv_bytes);
+      EXPECT_EQ(engine->info().expert_cache_bytes, r.plan.cache_bytes);
+      EXPECT_EQ(r.plan.kv_bytes, 2 * r.kv.bytes);
+    }
+  }
+}
+
 // inspect --ram B and run --mem-limit B on the same file and context: same placement, cache and KV.
 TEST(MemoryPlan, InspectPlansWhatEngineLoadDoes) {
   for (const char* rel : {"reference/qwen3moe-256-q4km.gguf", "reference/gptoss-mxfp4.gguf",

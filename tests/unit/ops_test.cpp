@@ -3,7 +3,10 @@
 // relative-position property and norm preservation, RMSNorm and softmax identities.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <string>
 #include <random>
 #include <vector>
 
@@ -13,6 +16,8 @@
 #include "ops/attention.h"
 #include "ops/elementwise.h"
 #include "ops/rope.h"
+#include "quant/dequant.h"
+#include "quant/dispatch.h"
 
 using namespace sluice;
 
@@ -31,24 +36,40 @@ struct AttnCase {
   bool sinks;
 };
 
-// Fills layer 0 of n_seq sequences with n_pos random keys and values each.
-void fill_kv(KvCache& kv, int n_seq, int n_pos, int width) {
-  auto keys = randn(static_cast<size_t>(n_seq) * n_pos * width, 1);
-  auto vals = randn(static_cast<size_t>(n_seq) * n_pos * width, 2);
+// Keys and values of layer 0 of n_seq sequences, n_pos positions each, as stored (after the
+// cache type's round trip): what attention must see.
+struct KvData {
+  int n_pos, width;
+  std::vector<float> keys, vals;
+  const float* k(int s, int p) const { return keys.data() + (static_cast<size_t>(s) * n_pos + p) * width; }
+  const float* v(int s, int p) const { return vals.data() + (static_cast<size_t>(s) * n_pos + p) * width; }
+};
+
+// Fills layer 0 of n_seq sequences with n_pos random keys and values each and reads back what the
+// cache stored (heads of width / n_head).
+KvData fill_kv(KvCache& kv, int n_seq, int n_pos, int width) {
+  KvData d{n_pos, width, randn(static_cast<size_t>(n_seq) * n_pos * width, 1),
+           randn(static_cast<size_t>(n_seq) * n_pos * width, 2)};
+  const KvLayerShape& sh = kv.shape(0);
   for (int s = 0; s < n_seq; ++s) {
     kv.reserve(s, n_pos);
-    for (int p = 0; p < n_pos; ++p)
-      for (int i = 0; i < width; ++i) {
-        kv.k(s, 0, p)[i] = keys[(static_cast<size_t>(s) * n_pos + p) * width + i];
-        kv.v(s, 0, p)[i] = vals[(static_cast<size_t>(s) * n_pos + p) * width + i];
+    for (int p = 0; p < n_pos; ++p) {
+      kv.store(s, 0, p, d.k(s, p), d.v(s, p));
+      for (int h = 0; h < sh.n_head; ++h) {
+        kv_load_head(kv.type_k(), kv.k_row(s, 0, p) + h * kv_head_bytes(kv.type_k(), sh.head_dim_k), sh.head_dim_k,
+                     const_cast<float*>(d.k(s, p)) + h * sh.head_dim_k);
+        kv_load_head(kv.type_v(), kv.v_row(s, 0, p) + h * kv_head_bytes(kv.type_v(), sh.head_dim_v), sh.head_dim_v,
+                     const_cast<float*>(d.v(s, p)) + h * sh.head_dim_v);
       }
+    }
   }
+  return d;
 }
 
 // Checks attention output against a double-precision dense softmax over the visible positions.
-void expect_dense(const AttnCase& c, const KvCache& kv, const std::vector<float>& q,
+void expect_dense(const AttnCase& c, const KvData& kv, const std::vector<float>& q,
                   const std::vector<float>& sinks, const std::vector<int32_t>& seq,
-                  const std::vector<int32_t>& pos, const std::vector<float>& out, float scale) {
+                  const std::vector<int32_t>& pos, const std::vector<float>& out, float scale, double tol = 1e-5) {
   for (size_t t = 0; t < seq.size(); ++t)
     for (int h = 0; h < c.n_head; ++h) {
       const int kvh = h * c.n_head_kv / c.n_head;
@@ -60,7 +81,7 @@ void expect_dense(const AttnCase& c, const KvCache& kv, const std::vector<float>
         visible[k] = c.window == 0 || pos[t] - k < c.window;
         if (!visible[k]) continue;
         double d = 0;
-        for (int i = 0; i < c.hd; ++i) d += double(q[(t * c.n_head + h) * c.hd + i]) * kv.k(seq[t], 0, k)[kvh * c.hd + i];
+        for (int i = 0; i < c.hd; ++i) d += double(q[(t * c.n_head + h) * c.hd + i]) * kv.k(seq[t], k)[kvh * c.hd + i];
         w[k] = d * scale;
         mx = std::max(mx, w[k]);
       }
@@ -70,8 +91,8 @@ void expect_dense(const AttnCase& c, const KvCache& kv, const std::vector<float>
       for (int i = 0; i < c.hd; ++i) {
         double acc = 0;
         for (int k = 0; k < n_pos; ++k)
-          if (visible[k]) acc += w[k] * kv.v(seq[t], 0, k)[kvh * c.hd + i];
-        EXPECT_NEAR(out[(t * c.n_head + h) * c.hd + i], acc / sum, 1e-5) << "token " << t << " head " << h;
+          if (visible[k]) acc += w[k] * kv.v(seq[t], k)[kvh * c.hd + i];
+        EXPECT_NEAR(out[(t * c.n_head + h) * c.hd + i], acc / sum, tol) << "token " << t << " head " << h;
       }
     }
 }
@@ -81,9 +102,9 @@ class AttentionTest : public ::testing::TestWithParam<AttnCase> {};
 TEST_P(AttentionTest, MatchesDenseReference) {
   const AttnCase c = GetParam();
   const int n_pos = 37;
-  KvCache kv({c.n_head_kv * c.hd}, {c.n_head_kv * c.hd}, 64);
+  KvCache kv({{c.n_head_kv, c.hd, c.hd, 0}}, 64);
   // Two sequences with different contents; queries from both in one batch.
-  fill_kv(kv, 2, n_pos, c.n_head_kv * c.hd);
+  const KvData data = fill_kv(kv, 2, n_pos, c.n_head_kv * c.hd);
   const std::vector<int32_t> seq = {0, 1, 0, 1};
   const std::vector<int32_t> pos = {0, 5, 36, 20};
   auto q = randn(seq.size() * c.n_head * c.hd, 3);
@@ -92,7 +113,7 @@ TEST_P(AttentionTest, MatchesDenseReference) {
   std::vector<float> out(seq.size() * c.n_head * c.hd);
   ThreadPool pool(2);
   attention(pool, ap, kv, 0, q.data(), seq.data(), pos.data(), static_cast<int64_t>(seq.size()), out.data());
-  expect_dense(c, kv, q, sinks, seq, pos, out, 0.37f);
+  expect_dense(c, data, q, sinks, seq, pos, out, 0.37f);
 }
 
 // Few (token, head) pairs over a long context on a pool of 6: each pair's positions are split
@@ -101,8 +122,8 @@ TEST_P(AttentionTest, MatchesDenseReference) {
 TEST_P(AttentionTest, LongContextSplitMatchesDenseReference) {
   const AttnCase c = GetParam();
   const int n_pos = 1500;
-  KvCache kv({c.n_head_kv * c.hd}, {c.n_head_kv * c.hd}, 2048);
-  fill_kv(kv, 1, n_pos, c.n_head_kv * c.hd);
+  KvCache kv({{c.n_head_kv, c.hd, c.hd, 0}}, 2048);
+  const KvData data = fill_kv(kv, 1, n_pos, c.n_head_kv * c.hd);
   const std::vector<int32_t> seq = {0, 0};
   const std::vector<int32_t> pos = {1499, 700};
   auto q = randn(seq.size() * c.n_head * c.hd, 5);
@@ -112,7 +133,7 @@ TEST_P(AttentionTest, LongContextSplitMatchesDenseReference) {
   std::vector<float> out(seq.size() * c.n_head * c.hd);
   ThreadPool pool(6);
   attention(pool, ap, kv, 0, q.data(), seq.data(), pos.data(), static_cast<int64_t>(seq.size()), out.data());
-  expect_dense(wide, kv, q, sinks, seq, pos, out, 0.11f);
+  expect_dense(wide, data, q, sinks, seq, pos, out, 0.11f);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTest,
@@ -195,17 +216,109 @@ TEST(Elementwise, RmsNormAndSoftmax) {
 }
 
 TEST(KvCache, BlocksGrowAndPrefixCopies) {
-  KvCache kv({4}, {4}, 1000);
+  KvCache kv({{1, 4, 4, 0}}, 1000);
   kv.reserve(0, 600);
   EXPECT_EQ(kv.allocated_bytes(), 3u * KvCache::kBlock * 8 * sizeof(float));
-  for (int p = 0; p < 600; ++p) kv.k(0, 0, p)[0] = static_cast<float>(p);
+  for (int p = 0; p < 600; ++p) {
+    const float row[4] = {static_cast<float>(p), 0, 0, 0};
+    kv.store(0, 0, p, row, row);
+  }
   kv.set_length(0, 600);
   kv.copy_prefix(0, 3, 300);
   EXPECT_EQ(kv.length(3), 300);
-  EXPECT_EQ(kv.k(3, 0, 299)[0], 299.0f);
+  EXPECT_EQ(reinterpret_cast<const float*>(kv.k_row(3, 0, 299))[0], 299.0f);
   EXPECT_THROW(kv.reserve(1, 1001), Error);
   kv.remove(0);
   EXPECT_EQ(kv.length(0), 0);
+}
+
+// Stored types: attention over an f16/bf16/q8_0/q4_0 cache equals the dense softmax over what the
+// cache holds (dequantized rows; for q8_0/q4_0 keys also the query rounded through q8_0, as the
+// dot kernel reads it). Head size 40 pads the quantized heads to 64 values.
+class KvTypeAttention : public ::testing::TestWithParam<KvType> {};
+
+TEST_P(KvTypeAttention, MatchesDenseOverStoredRows) {
+  const KvType t = GetParam();
+  for (const int hd : {32, 40}) {
+    SCOPED_TRACE(hd);
+    const AttnCase c{4, 2, hd, 0, true};
+    KvCache kv({{c.n_head_kv, hd, hd, 0}}, 64, {t, t, 0});
+    EXPECT_EQ(kv.bytes_per_position(), 2u * 2 * kv_head_bytes(t, hd));
+    const KvData data = fill_kv(kv, 1, 30, c.n_head_kv * hd);
+    const std::vector<int32_t> seq = {0, 0}, pos = {29, 11};
+    auto q = randn(seq.size() * c.n_head * hd, 3);
+    std::vector<float> qref = q;
+    if (t == KvType::kQ8_0 || t == KvType::kQ4_0)
+      for (size_t r = 0; r < q.size() / hd; ++r) {
+        std::vector<float> pad(kv_padded_dim(KvType::kQ8_0, hd), 0.0f);
+        std::copy_n(q.begin() + r * hd, hd, pad.begin());
+        std::vector<std::byte> qq(row_bytes(GgmlType::Q8_0, pad.size()));
+        quantize_row_q8_0(pad.data(), qq.data(), static_cast<int64_t>(pad.size()));
+        dequantize_row(GgmlType::Q8_0, qq.data(), pad.data(), static_cast<int64_t>(pad.size()));
+        std::copy_n(pad.begin(), hd, qref.begin() + r * hd);
+      }
+    auto sinks = randn(c.n_head, 4);
+    AttentionParams ap{c.n_head, c.n_head_kv, hd, hd, 0.3f, 0, sinks.data()};
+    std::vector<float> out(seq.size() * c.n_head * hd);
+    ThreadPool pool(2);
+    attention(pool, ap, kv, 0, q.data(), seq.data(), pos.data(), 2, out.data());
+    expect_dense(c, data, qref, sinks, seq, pos, out, 0.3f, 2e-5);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, KvTypeAttention,
+                         ::testing::Values(KvType::kF16, KvType::kBF16, KvType::kQ8_0, KvType::kQ4_0),
+                         [](const auto& info) { return std::string(kv_type_name(info.param)); });
+
+// The stored round trip per type: f16 and bf16 round each value; q8_0 keeps each within half a
+// step of amax/127 of its block, q4_0 within a step of amax/8.
+TEST(KvCache, TypeRoundTripErrors) {
+  const auto x = randn(64, 9);
+  float amax = 0;
+  for (float v : x) amax = std::max(amax, std::fabs(v));
+  for (KvType t : {KvType::kF32, KvType::kF16, KvType::kBF16, KvType::kQ8_0, KvType::kQ4_0}) {
+    SCOPED_TRACE(kv_type_name(t));
+    std::vector<std::byte> raw(kv_head_bytes(t, 64));
+    std::vector<float> y(64);
+    kv_store_head(t, x.data(), 64, raw.data());
+    kv_load_head(t, raw.data(), 64, y.data());
+    const double tol = t == KvType::kF32 ? 0 : t == KvType::kF16 ? amax / 2048 : t == KvType::kBF16 ? amax / 256
+                       : t == KvType::kQ8_0 ? amax / 127 : amax / 7;
+    for (int i = 0; i < 64; ++i) EXPECT_NEAR(y[i], x[i], tol) << i;
+  }
+}
+
+// A windowed layer with a step bound keeps a ring: fixed memory, the window behind each position
+// intact, rollback within the bound, and an emptied sequence past it.
+TEST(KvCache, WindowRingHoldsTheWindow) {
+  const int window = 8, step = 4;
+  KvCache kv({{1, 4, 4, window}, {1, 4, 4, 0}}, 100, {KvType::kF32, KvType::kF32, step});
+  EXPECT_EQ(kv.layout().ring_slots(0), window + step);
+  EXPECT_EQ(kv.layout().ring_slots(1), 0);
+  EXPECT_EQ(kv.bytes_per_position(), 32u);
+  EXPECT_EQ(kv.bytes_for(10), 32u * 10 + 32u * (window + step));
+  for (int p = 0; p < 40; p += step) {
+    kv.reserve(0, p + step);
+    for (int q = p; q < p + step; ++q) {
+      const float row[4] = {static_cast<float>(q), 0, 0, 0};
+      kv.store(0, 0, q, row, row);
+      kv.store(0, 1, q, row, row);
+    }
+    kv.set_length(0, p + step);
+    for (int q = std::max(0, p + step - window); q < p + step; ++q)
+      EXPECT_EQ(reinterpret_cast<const float*>(kv.k_row(0, 0, q))[0], static_cast<float>(q));
+  }
+  EXPECT_THROW(kv.reserve(0, 40 + step + 1), Error);
+  kv.truncate(0, 40 - step);
+  EXPECT_EQ(kv.length(0), 40 - step);
+  EXPECT_EQ(reinterpret_cast<const float*>(kv.k_row(0, 0, 36 - window + 1))[0], static_cast<float>(36 - window + 1));
+  kv.copy_prefix(0, 1, 36);
+  EXPECT_EQ(kv.length(1), 36);
+  kv.copy_prefix(0, 2, 20);  // rows 13..19 were overwritten
+  EXPECT_EQ(kv.length(2), 0);
+  kv.truncate(0, 10);
+  EXPECT_EQ(kv.length(0), 0);
+  EXPECT_EQ(kv.allocated_bytes(), 2 * 32u * (window + step) + 2 * 32u * KvCache::kBlock + 0u);
 }
 
 }  // namespace

@@ -114,8 +114,7 @@ class DeepSeek2 final : public Model {
   }
 
   // The cache holds the latent and the rope key; values are read from the latent.
-  int kv_k_dim(int) const override { return mla_cache_width(mc_); }
-  int kv_v_dim(int) const override { return 0; }
+  KvLayerShape kv_layer(int) const override { return {1, mla_cache_width(mc_), 0, 0}; }
 
  private:
   struct Layer {

@@ -22,8 +22,6 @@ class GptOss final : public Model {
     hp_.rope.type = RopeType::kNeox;
     if (hp_.n_expert == 0) fail("gpt-oss model without {}.expert_count", hp_.arch);
     if (hp_.sliding_window <= 0) fail("gpt-oss model without {}.attention.sliding_window", hp_.arch);
-    // llama.cpp hard-codes the pattern for gpt-oss: of every two layers the first is windowed.
-    for (int il = 0; il < hp_.n_layer; ++il) hp_.swa_layers[il] = il % 2 == 0;
     // llama.cpp views each head as n_rot values and scales q·k by 1/sqrt(n_rot): both assume
     // fully rotated heads.
     const int64_t hd = hp_.head_dim_k;
