@@ -140,6 +140,18 @@ class Session {
                           const TokenCallback& on_token);
   const std::vector<int32_t>& tokens() const;  // the context held in the KV cache
   void clear();
+  // Prompt tokens the last evaluate() or generate() took from the cache instead of computing.
+  int reused() const;
+  // Writes the context (tokens, the logits after the last one, the KV rows) to `path` atomically.
+  // Throws sluice::Error when the context is empty, this model's cache has no saved form
+  // (deepseek4), or on I/O failure.
+  // `app_data` travels with it (chat keeps its conversation there).
+  void save(const std::string& path, const std::string& app_data = "") const;
+  // Restores what save() wrote. Returns "" when restored; otherwise why the file does not fit this
+  // engine (another model or model file, another KV type or layout, a longer context), leaving the
+  // session unchanged. Throws sluice::Error for a file that is not a valid state (foreign,
+  // truncated or damaged), naming what is wrong.
+  std::string load(const std::string& path, std::string* app_data = nullptr);
   int n_ctx() const;
 
  private:

@@ -140,6 +140,17 @@ void ChatRepl::command(const std::string& name, const std::string& arg) {
     }
     out_ << fmt::format("(sending '{}', {} bytes)\n", arg, ss.str().size());
     send(ss.str());
+  } else if (name == "/save" || name == "/load") {
+    if (arg.empty()) {
+      err_ << fmt::format("{}: give a file name: {} FILE\n", name, name);
+      return;
+    }
+    try {
+      if (name == "/save") save_state(arg);
+      else load_state(arg);
+    } catch (const Error& e) {
+      err_ << fmt::format("{}: {}\n", name, e.what());
+    }
   } else if (name == "/stats") {
     print_stats();
   } else {
@@ -149,6 +160,27 @@ void ChatRepl::command(const std::string& name, const std::string& arg) {
   }
 }
 
+void ChatRepl::save_state(const std::string& path) {
+  session_->save(path, messages_.dump());
+  out_ << fmt::format("saved {} messages ({} tokens) to '{}'\n", messages_.size(), session_->tokens().size(), path);
+}
+
+void ChatRepl::load_state(const std::string& path) {
+  std::string data;
+  const std::string why = session_->load(path, &data);
+  if (!why.empty()) {
+    err_ << fmt::format("not restored: {}\n", why);
+    return;
+  }
+  nlohmann::ordered_json m = nlohmann::ordered_json::parse(data, nullptr, false);
+  if (!m.is_array()) {
+    session_->clear();
+    fail("'{}' holds no chat conversation (saved by `sluice run`?)", path);
+  }
+  messages_ = std::move(m);
+  out_ << fmt::format("restored {} messages ({} tokens) from '{}'\n", messages_.size(), session_->tokens().size(), path);
+}
+
 void ChatRepl::print_help() {
   out_ << "commands:\n"
           "  /think, /nothink  turn the template's thinking mode on or off (enable_thinking)\n"
@@ -156,6 +188,8 @@ void ChatRepl::print_help() {
           "  /ctx N            start a new session with a context of N tokens (conversation kept)\n"
           "  /read FILE        send the file's content as your message\n"
           "  /clear            forget the conversation\n"
+          "  /save FILE        save the conversation and its KV cache to FILE\n"
+          "  /load FILE        continue a conversation saved with /save (or --session)\n"
           "  /stats            tokens, speeds, prefix reuse and expert-cache statistics\n"
           "  /quit             leave (also Ctrl+D, or Ctrl+C twice at an empty prompt)\n"
           "Ctrl+C while the model writes stops the reply; //text sends a message starting with /.\n";

@@ -65,6 +65,11 @@ class ChatRepl {
   bool template_has_thinking_switch() const { return thinking_switch_; }
   const nlohmann::ordered_json& messages() const { return messages_; }
   const TurnStats& last_turn() const { return last_; }
+  // The conversation and its KV state to a file, and back (/save FILE, /load FILE, --session).
+  // load_state says on err why a file that does not fit was not restored; a file that is not a
+  // valid state throws sluice::Error.
+  void save_state(const std::string& path);
+  void load_state(const std::string& path);
 
  private:
   void command(const std::string& name, const std::string& arg);

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -39,6 +40,9 @@ int cmd_chat(int argc, char** argv) {
       ->check(CLI::Range(1, 1 << 24))->capture_default_str();
   app.add_option("--system", cfg.system, "system prompt (also -sys)");
   bool no_history = false;
+  std::string session_file;
+  app.add_option("--session", session_file,
+                 "restore the conversation and KV state saved in FILE (when model and KV type match); save at exit");
   app.add_flag("--no-history", no_history, "do not read or write the history file");
   SLUICE_PARSE(app, argc, argv);
 
@@ -57,12 +61,17 @@ int cmd_chat(int argc, char** argv) {
   if (!repl.has_template())
     fmt::print(stderr, "note: the model has no chat template; using the plain \"User: ...\\nAssistant: ...\" format\n");
   fmt::print(stderr, "/help lists the commands; Ctrl+C stops a reply, Ctrl+D quits\n");
+  if (!session_file.empty() && std::filesystem::exists(session_file)) repl.load_state(session_file);
+  int rc = 0;
   if (isatty(STDIN_FILENO)) {
     LineEditor editor("sluice", no_history ? "" : chat_history_path());
-    return repl.run(editor);
+    rc = repl.run(editor);
+  } else {
+    StreamLineReader plain(std::cin);
+    rc = repl.run(plain);
   }
-  StreamLineReader plain(std::cin);
-  return repl.run(plain);
+  if (!session_file.empty() && !repl.messages().empty()) repl.save_state(session_file);
+  return rc;
 }
 
 }  // namespace sluice::cli

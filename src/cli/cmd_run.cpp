@@ -24,6 +24,9 @@ int cmd_run(int argc, char** argv) {
   app.add_option("-n,--n-predict,--predict", go.max_tokens, "tokens to generate")->check(CLI::Range(0, 1 << 24))->capture_default_str();
   app.add_flag("--no-bos", no_bos, "do not add the model's BOS token");
   app.add_flag("--stats", stats, "print routing and expert-cache statistics at exit");
+  std::string session_file;
+  app.add_option("--session", session_file,
+                 "restore the KV state saved in FILE (when model and KV type match) and save it there at exit");
   SLUICE_PARSE(app, argc, argv);
   if (!prompt_file.empty()) prompt = read_text(prompt_file);
   if (prompt.empty()) fail("give a prompt with -p TEXT or -f FILE");
@@ -38,6 +41,7 @@ int cmd_run(int argc, char** argv) {
              mi.memlock_limit ? fmt::format("{:.1f} MB", mi.memlock_limit / 1e6) : std::string("unlimited"));
   auto tokens = engine->tokenize(prompt, !no_bos);
   auto session = engine->new_session();
+  if (!session_file.empty()) restore_session(*session, session_file);
   std::fputs(prompt.c_str(), stdout);
   std::fflush(stdout);
   GenerateResult r = session->generate(tokens, go, [](int32_t, std::string_view text) {
@@ -47,6 +51,11 @@ int cmd_run(int argc, char** argv) {
   });
   std::fputc('\n', stdout);
   std::fflush(stdout);
+  if (!session_file.empty()) {
+    fmt::print(stderr, "session: {} prompt tokens reused, {} evaluated\n", session->reused(), r.n_prompt);
+    session->save(session_file);
+    fmt::print(stderr, "session: saved {} tokens to {}\n", session->tokens().size(), session_file);
+  }
   const int n_gen = static_cast<int>(r.tokens.size());
   if (r.finish == FinishReason::kLength && n_gen < go.max_tokens)
     fmt::print(stderr, "generation stopped after {} of {} tokens: the context of {} tokens is full (-c to enlarge it)\n", n_gen,

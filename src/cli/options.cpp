@@ -83,6 +83,16 @@ void add_sampling_flags(CLI::App& app, SamplingOptions& s) {
   app.add_option("-s,--seed", s.seed, "random seed");
 }
 
+void restore_session(Session& session, const std::string& path) {
+  if (!std::filesystem::exists(path)) {
+    fmt::print(stderr, "session: '{}' does not exist yet; starting fresh\n", path);
+    return;
+  }
+  const std::string why = session.load(path);
+  if (why.empty()) fmt::print(stderr, "session: restored {} tokens from '{}'\n", session.tokens().size(), path);
+  else fmt::print(stderr, "session: not restored: {}; starting fresh\n", why);
+}
+
 EngineOptions engine_options(const ModelFlags& f) {
   // Contradictory flags are argument errors (exit 2), not something to resolve silently.
   if (f.streaming && f.experts != "auto" && f.experts != "stream")

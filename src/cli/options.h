@@ -39,5 +39,8 @@ void check_output(const std::string& path, bool force);
 // The model shipped with sluice: $SLUICE_MODEL, else models/sluice-tiny-moe.gguf next to the
 // source tree the binary was built from, else relative to the working directory.
 std::string default_model_path();
+// --session / chat /load: restores `path` into the session when it exists and fits (saying so on
+// stderr), else says why it starts fresh; a file that is not a valid state throws sluice::Error.
+void restore_session(Session& session, const std::string& path);
 
 }  // namespace sluice::cli

@@ -12,6 +12,7 @@
 #include "model/model.h"
 #include "runtime/engine_impl.h"
 #include "runtime/expert_setup.h"
+#include "runtime/kv_state.h"
 #include "sluice/sluice.h"
 #include "tokenizer/tokenizer.h"
 
@@ -85,6 +86,11 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& o) {
 }
 
 const ModelInfo& Engine::info() const { return impl_->info; }
+
+const std::string& Engine::Impl::model_id() {
+  std::call_once(model_id_once, [&] { model_id_value = model_fingerprint(*file); });
+  return model_id_value;
+}
 double Engine::load_seconds() const { return impl_->load_seconds; }
 
 std::vector<int32_t> Engine::tokenize(std::string_view text, bool add_special, bool parse_special) const {
@@ -148,6 +154,48 @@ std::unique_ptr<Session> Engine::new_session(int n_ctx) {
 
 int Session::n_ctx() const { return impl_->kv->n_ctx(); }
 const std::vector<int32_t>& Session::tokens() const { return impl_->tokens; }
+
+int Session::reused() const { return impl_->reused; }
+
+void Session::save(const std::string& path, const std::string& app_data) const {
+  const Impl& s = *impl_;
+  if (s.tokens.empty()) fail("nothing to save: the session holds no tokens");
+  if (!s.kv->exportable()) fail("this model's KV cache ({}) cannot be saved", s.engine->info.architecture);
+  KvState st;
+  st.model_id = s.engine->model_id();
+  st.kv_id = kv_layout_id(s.kv->layout());
+  st.app_data = app_data;
+  st.tokens = s.tokens;
+  st.logits = s.logits;
+  st.kv = s.kv->export_prefix(0, static_cast<int>(s.tokens.size()));
+  write_kv_state(path, st);
+}
+
+std::string Session::load(const std::string& path, std::string* app_data) {
+  Impl& s = *impl_;
+  KvState st = read_kv_state(path);
+  if (st.model_id != s.engine->model_id())
+    return fmt::format("'{}' was saved with another model file ({}; this is {})", path, st.model_id, s.engine->model_id());
+  if (!s.kv->exportable()) return fmt::format("this model's KV cache ({}) cannot be restored", s.engine->info.architecture);
+  const std::string layout = kv_layout_id(s.kv->layout());
+  if (st.kv_id != layout)
+    return fmt::format("'{}' holds a KV cache of another type or layout ({}; this session: {})", path, st.kv_id, layout);
+  if (st.tokens.empty() || static_cast<int>(st.tokens.size()) > s.kv->n_ctx())
+    return fmt::format("'{}' holds {} tokens, this context holds {}", path, st.tokens.size(), s.kv->n_ctx());
+  if (st.logits.size() != static_cast<size_t>(s.engine->model->hparams().n_vocab))
+    fail("KV state '{}': {} logits, the model has {} tokens", path, st.logits.size(), s.engine->model->hparams().n_vocab);
+  try {
+    s.kv->import_prefix(0, static_cast<int>(st.tokens.size()), st.kv);
+  } catch (...) {
+    s.tokens.clear();  // the cache lost its old rows with the failed import
+    throw;
+  }
+  s.tokens = std::move(st.tokens);
+  s.logits = std::move(st.logits);
+  s.reused = 0;
+  if (app_data) *app_data = std::move(st.app_data);
+  return "";
+}
 
 void Session::clear() {
   impl_->tokens.clear();

@@ -3,6 +3,8 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
+#include <string>
 
 #include "core/thread_pool.h"
 #include "experts/expert_store.h"
@@ -29,6 +31,10 @@ struct Engine::Impl {
   int n_ctx = 0;  // per-session context
   KvCacheConfig kv_config;  // stored types and the step bound (engine_kv_config)
   std::unique_ptr<KvCache> make_kv_cache(int ctx) const { return model->make_kv_cache(ctx, kv_config); }
+  // model_fingerprint of the file, computed on first use (it reads a few bytes of every tensor).
+  const std::string& model_id();
+  std::once_flag model_id_once;
+  std::string model_id_value;
   double load_seconds = 0;
 };
 

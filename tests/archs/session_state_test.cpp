@@ -1,0 +1,100 @@
+// Saved sessions: a second engine restoring a 1000-token context and continuing it prefills only
+// the new tokens and gives the logits of one run over the whole text bit for bit; a state of
+// another KV type is refused with a reason (fresh start); truncated, foreign and damaged files are
+// errors naming what is wrong.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <functional>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "sluice/sluice.h"
+
+namespace fs = std::filesystem;
+using namespace sluice;
+
+namespace {
+
+const fs::path kRef = fs::path(SLUICE_TESTDATA) / "reference";
+
+std::unique_ptr<Engine> engine_for(const std::string& model, KvType t = KvType::kF32) {
+  EngineOptions eo;
+  eo.model_path = (kRef / (model + ".gguf")).string();
+  eo.n_threads = 2;
+  eo.n_ctx = 1200;
+  eo.kv_type_k = eo.kv_type_v = t;
+  return Engine::load(eo);
+}
+
+std::vector<int32_t> prompt2(const std::string& model) {
+  std::ifstream in(kRef / (model + ".prompt2.json"));
+  return nlohmann::json::parse(in)["tokens"].get<std::vector<int32_t>>();
+}
+
+std::string expect_error(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no error";
+  return "";
+}
+
+}  // namespace
+
+TEST(SessionState, ContinuingARestoredContextEqualsOneRun) {
+  // gpt-oss: window rings (64 + 512 rows) are saved and restored too; q8_0 as a second layout.
+  for (KvType t : {KvType::kF32, KvType::kQ8_0}) {
+    SCOPED_TRACE(kv_type_name(t));
+    const auto toks = prompt2("gptoss-f32");
+    const std::vector<int32_t> head(toks.begin(), toks.begin() + 1000);
+    const fs::path file = fs::temp_directory_path() / ("sluice_session_test_" + std::to_string(getpid()));
+    {
+      auto engine = engine_for("gptoss-f32", t);
+      auto s = engine->new_session();
+      s->evaluate(head);
+      s->save(file.string());
+    }
+    auto engine = engine_for("gptoss-f32", t);
+    auto restored = engine->new_session();
+    ASSERT_EQ(restored->load(file.string()), "");
+    EXPECT_EQ(restored->tokens(), head);
+    const auto cont = restored->evaluate(toks);
+    const std::vector<float> continued(cont.begin(), cont.end());
+    EXPECT_EQ(restored->reused(), 1000);
+    auto fresh = engine->new_session();
+    const auto once = fresh->evaluate(toks);
+    ASSERT_EQ(continued.size(), once.size());
+    for (size_t i = 0; i < once.size(); ++i) ASSERT_EQ(continued[i], once[i]) << "logit " << i;
+
+    // Another KV type: not restored, with the reason; the session stays as it was.
+    auto other_engine = engine_for("gptoss-f32", t == KvType::kF32 ? KvType::kF16 : KvType::kF32);
+    auto other = other_engine->new_session();
+    const std::string why = other->load(file.string());
+    EXPECT_NE(why.find("another type or layout"), std::string::npos) << why;
+    EXPECT_TRUE(other->tokens().empty());
+    // Another model: not restored either.
+    auto mixtral = engine_for("mixtral-f32", t);
+    EXPECT_NE(mixtral->new_session()->load(file.string()).find("another model"), std::string::npos);
+
+    // Truncated, damaged and foreign files.
+    std::ifstream in(file, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    auto write = [&](const std::string& b) { std::ofstream(file, std::ios::binary | std::ios::trunc) << b; };
+    write(bytes.substr(0, bytes.size() / 2));
+    EXPECT_NE(expect_error([&] { restored->load(file.string()); }).find("truncated"), std::string::npos);
+    std::string damaged = bytes;
+    damaged[damaged.size() / 2] ^= 0x5a;
+    write(damaged);
+    EXPECT_NE(expect_error([&] { restored->load(file.string()); }).find("checksum"), std::string::npos);
+    write("GGUF: some other file, long enough to hold a header");
+    EXPECT_NE(expect_error([&] { restored->load(file.string()); }).find("not a sluice KV state"), std::string::npos);
+    write("");
+    EXPECT_NE(expect_error([&] { restored->load(file.string()); }).find("truncated"), std::string::npos);
+    fs::remove(file);
+  }
+}
