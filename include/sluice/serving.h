@@ -27,6 +27,8 @@ struct SchedulerOptions {
   int n_parallel = 4;      // sequences decoded together; each owns one KV slot of the engine's n_ctx
   int max_queue = 64;      // requests waiting for a slot; submit() refuses more
   int prefill_chunk = 128;  // prompt tokens evaluated per step, shared by all prefilling requests
+  std::string kv_disk_dir;  // --kv-disk: evicted prefixes (and idle slots at stop) go to files here
+  uint64_t kv_disk_max = 0;  // --kv-disk-max: bytes the directory may hold (0: unlimited)
 };
 
 struct CompletionRequest {
@@ -81,6 +83,8 @@ struct SchedulerStats {
   int last_batch_sequences = 0;
   double busy_seconds = 0;         // inside forward passes
   uint64_t kv_bytes = 0;           // KV blocks allocated over all slots
+  uint64_t kv_disk_hits = 0, kv_disk_misses = 0;  // --kv-disk lookups that restored a prefix / did not
+  uint64_t kv_disk_bytes_read = 0, kv_disk_bytes_written = 0, kv_disk_bytes = 0, kv_disk_skipped = 0;
   ExpertStats experts;             // snapshot taken after the last step
 };
 

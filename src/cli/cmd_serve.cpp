@@ -24,6 +24,9 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--port", so.port, "TCP port (0: any free port, printed at startup)")->check(CLI::Range(0, 65535))->capture_default_str();
   app.add_option("--parallel", so.scheduler.n_parallel, "requests decoded together in one batch (also -np)")->check(CLI::Range(1, 256))->capture_default_str();
   app.add_option("--max-queue", so.scheduler.max_queue, "requests that may wait for a slot; more get 503")->check(CLI::Range(0, 4096))->capture_default_str();
+  std::string kv_disk_max;
+  app.add_option("--kv-disk", so.scheduler.kv_disk_dir, "keep evicted KV prefixes (and idle ones at exit) in DIR and restore them for prompts sharing them");
+  app.add_option("--kv-disk-max", kv_disk_max, "most bytes --kv-disk may hold, e.g. 20GB (default: unlimited)");
   app.add_option("--prefill-chunk", so.scheduler.prefill_chunk, "prompt tokens evaluated per step (keeps running requests streaming)")->check(CLI::Range(1, 1 << 16))->capture_default_str();
   app.add_option("--api-key", so.api_key, "require 'Authorization: Bearer KEY' (or x-api-key)");
   app.add_option("--timeout", so.timeout_seconds, "seconds a request may take (0: none)")->check(CLI::Range(0.0, 1e9))->capture_default_str();
@@ -35,6 +38,10 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--alias", so.model_name, "model id reported by /v1/models (default: the file name)");
   SLUICE_PARSE(app, argc, argv);
   so.max_body_bytes = parse_byte_size(max_body, "--max-body");
+  if (!kv_disk_max.empty()) {
+    if (so.scheduler.kv_disk_dir.empty()) throw CLI::ValidationError("--kv-disk-max", "needs --kv-disk DIR");
+    so.scheduler.kv_disk_max = parse_byte_size(kv_disk_max, "--kv-disk-max");
+  }
   if (so.model_name.empty()) so.model_name = std::filesystem::path(mf.model).stem().string();
 
   sigset_t set;

@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "core/timer.h"
 #include "runtime/engine_impl.h"
+#include "runtime/kv_disk.h"
 #include "sluice/serving.h"
 
 namespace sluice {
@@ -104,6 +105,7 @@ struct Scheduler::Impl {
   ExpertsLease lease;  // the engine's expert store and pool are ours while the scheduler lives
   SchedulerOptions options;
   std::unique_ptr<KvCache> kv;
+  std::unique_ptr<KvDisk> disk;  // --kv-disk
   std::vector<Slot> slots;
   uint64_t admissions = 0;
 
@@ -118,6 +120,10 @@ struct Scheduler::Impl {
   Impl(Engine& e, const SchedulerOptions& o)
       : public_engine(e), engine(engine_impl(e)), lease(engine, "a Scheduler"), options(o) {
     kv = engine.make_kv_cache(engine.n_ctx);
+    if (!o.kv_disk_dir.empty()) {
+      if (!kv->exportable()) fail("--kv-disk: this model's KV cache ({}) has no saved form", engine.info.architecture);
+      disk = std::make_unique<KvDisk>(o.kv_disk_dir, o.kv_disk_max, engine.model_id(), kv_layout_id(kv->layout()));
+    }
     slots.resize(o.n_parallel);
     for (int i = 0; i < o.n_parallel; ++i) slots[i].id = i;
   }
@@ -141,10 +147,18 @@ struct Scheduler::Impl {
       const int c = common_prefix(o, prompt);
       if (c > best) best = c, source = o.id;
     }
-    if (source >= 0)
+    // The slot's context past what this request keeps is evicted: to disk when asked.
+    if (disk && kv->length(s.id) > best) persist(s);
+    int from_disk = 0;
+    std::optional<KvState> st = disk ? disk->take(prompt, best, &from_disk) : std::nullopt;
+    if (st) {
+      kv->import_prefix(s.id, static_cast<int>(st->tokens.size()), st->kv);
+      kv->truncate(s.id, from_disk);
+    } else if (source >= 0) {
       kv->copy_prefix(source, s.id, best);
-    else
+    } else {
       kv->truncate(s.id, best);
+    }
     best = kv->length(s.id);  // a cache may keep less than asked (deepseek4 rings)
     s.ctx = prompt;
     s.options = p.request.options;
@@ -158,6 +172,7 @@ struct Scheduler::Impl {
     std::lock_guard<std::mutex> lock(mutex);
     stats.reused_tokens += best;
     publish_locked();
+    publish_disk_locked();
   }
 
   // Ends the active request of slot s (its generation state says why) and sends its final event.
@@ -198,11 +213,31 @@ struct Scheduler::Impl {
     handle->push_error(message);
   }
 
+  // Writes slot s's evaluated context to the disk cache.
+  void persist(const Slot& s) {
+    const int n = std::min<int>(kv->length(s.id), static_cast<int>(s.ctx.size()));
+    if (n < KvDisk::kMinTokens) return;
+    disk->put(std::vector<int32_t>(s.ctx.begin(), s.ctx.begin() + n), kv->export_prefix(s.id, n));
+  }
+
   // Gauges that follow the slots; the caller holds `mutex`.
   void publish_locked() {
     stats.active = static_cast<int>(std::count_if(slots.begin(), slots.end(), [](const Slot& s) { return s.handle != nullptr; }));
     stats.kv_bytes = kv->allocated_bytes();
     stats.queue_depth = static_cast<int>(queue.size());
+  }
+
+  // The disk cache's counters (it is only touched on the scheduler thread); the caller holds `mutex`.
+  void publish_disk_locked() {
+    if (disk) {
+      const KvDiskStats& d = disk->stats();
+      stats.kv_disk_hits = d.hits;
+      stats.kv_disk_misses = d.misses;
+      stats.kv_disk_bytes_read = d.bytes_read;
+      stats.kv_disk_bytes_written = d.bytes_written;
+      stats.kv_disk_bytes = d.bytes;
+      stats.kv_disk_skipped = d.skipped;
+    }
   }
 
   // Keeps only the evaluated context (for prefix reuse), or frees the slot's KV blocks.
@@ -393,6 +428,10 @@ Scheduler::~Scheduler() {
   }
   impl_->cv.notify_all();
   impl_->thread.join();
+  // Idle slots' contexts survive a restart through the disk cache.
+  if (impl_->disk)
+    for (const auto& s : impl_->slots)
+      if (!s.handle) impl_->persist(s);
 }
 
 int Scheduler::n_ctx() const { return impl_->kv->n_ctx(); }

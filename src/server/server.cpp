@@ -124,6 +124,12 @@ std::string metrics_text(const SchedulerStats& s, Counters& counters) {
   metric("decode_tokens_total", "counter", "one-token decode rows over all forward passes", s.decode_rows);
   metric("forward_seconds_total", "counter", "time spent in forward passes", s.busy_seconds);
   metric("kv_cache_bytes", "gauge", "KV cache blocks allocated", s.kv_bytes);
+  metric("kv_disk_hits_total", "counter", "prompts that restored a prefix from --kv-disk", s.kv_disk_hits);
+  metric("kv_disk_misses_total", "counter", "--kv-disk lookups without a longer prefix on disk", s.kv_disk_misses);
+  metric("kv_disk_read_bytes_total", "counter", "bytes of KV state read from --kv-disk", s.kv_disk_bytes_read);
+  metric("kv_disk_written_bytes_total", "counter", "bytes of KV state written to --kv-disk", s.kv_disk_bytes_written);
+  metric("kv_disk_bytes", "gauge", "bytes of this model's KV state in --kv-disk", s.kv_disk_bytes);
+  metric("kv_disk_skipped_total", "counter", "unreadable --kv-disk files skipped", s.kv_disk_skipped);
   metric("expert_requests_total", "counter", "routed expert fetches", s.experts.requests);
   metric("expert_cache_hits_total", "counter", "expert fetches served from the RAM cache", s.experts.hits);
   metric("expert_cache_misses_total", "counter", "expert fetches read from storage", s.experts.misses);

@@ -1,0 +1,86 @@
+// --kv-disk at the scheduler: a 1000-token context evicted at stop survives a restart (a new engine
+// and scheduler on the same directory), and a prompt sharing that prefix prefills only its suffix
+// with the tokens a fresh session generates; an unreadable file in the directory is skipped.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "sluice/sluice.h"
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::string kModel = std::string(SLUICE_TESTDATA) + "/reference/gptoss-f32.gguf";
+
+std::unique_ptr<sluice::Engine> load() {
+  return sluice::Engine::load({.model_path = kModel, .n_threads = 2, .n_ctx = 1200, .kv_slots = 1});
+}
+
+sluice::GenerateResult run(sluice::Scheduler& sched, const std::vector<int32_t>& prompt) {
+  sluice::GenerateOptions o;
+  o.max_tokens = 4;
+  o.sampling.temperature = 0;
+  o.stop_at_eog = false;
+  auto sub = sched.submit({.prompt = prompt, .options = o});
+  EXPECT_EQ(sub.status, sluice::SubmitStatus::kOk);
+  sluice::CompletionEvent ev;
+  for (int i = 0; i < 600; ++i)
+    if (sub.handle->next(ev, 100ms) && ev.kind != sluice::CompletionEvent::Kind::kText) break;
+  EXPECT_EQ(ev.kind, sluice::CompletionEvent::Kind::kDone) << ev.text;
+  return ev.result;
+}
+
+}  // namespace
+
+TEST(KvDisk, SharedPrefixSurvivesARestartAndPrefillsOnlyTheSuffix) {
+  std::ifstream in(std::string(SLUICE_TESTDATA) + "/reference/gptoss-f32.prompt2.json");
+  const auto toks = nlohmann::json::parse(in)["tokens"].get<std::vector<int32_t>>();
+  std::vector<int32_t> a(toks.begin(), toks.begin() + 1050);
+  std::vector<int32_t> b(toks.begin(), toks.begin() + 1000);
+  b.insert(b.end(), toks.begin() + 1060, toks.begin() + 1100);
+  ASSERT_NE(a[1000], b[1000]);
+
+  const fs::path dir = fs::temp_directory_path() / ("sluice_kv_disk_test_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir / "damaged.slkv") << "SLUICEKV and then nothing that parses";
+  {
+    auto engine = load();
+    sluice::Scheduler sched(*engine, {.n_parallel = 1, .kv_disk_dir = dir.string()});
+    run(sched, a);
+    EXPECT_EQ(sched.stats().kv_disk_skipped, 1u);
+    EXPECT_EQ(sched.stats().kv_disk_misses, 1u);
+  }  // stopping writes the idle slot's context
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(dir)) files += e.path().filename() != "damaged.slkv";
+  EXPECT_EQ(files, 1);
+
+  auto engine = load();
+  sluice::GenerateResult fresh;
+  {
+    auto session = engine->new_session();
+    sluice::GenerateOptions o;
+    o.max_tokens = 4;
+    o.sampling.temperature = 0;
+    o.stop_at_eog = false;
+    fresh = session->generate(b, o, nullptr);
+  }
+  {
+    sluice::Scheduler sched(*engine, {.n_parallel = 1, .kv_disk_dir = dir.string()});
+    const sluice::GenerateResult r = run(sched, b);
+    EXPECT_EQ(r.n_reused, 1000);
+    EXPECT_EQ(r.n_prompt, 40);
+    EXPECT_EQ(r.tokens, fresh.tokens);
+    const sluice::SchedulerStats st = sched.stats();
+    EXPECT_EQ(st.kv_disk_hits, 1u);
+    EXPECT_GT(st.kv_disk_bytes_read, 0u);
+  }
+  fs::remove_all(dir);
+}
