@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "cli/pipeline.h"
 #include "core/error.h"
 
 namespace sluice::cli {
@@ -28,7 +29,10 @@ int cmd_run(int argc, char** argv) {
   if (!prompt_file.empty()) prompt = read_text(prompt_file);
   if (prompt.empty()) fail("give a prompt with -p TEXT or -f FILE");
 
-  auto engine = Engine::load(engine_options(mf));
+  EngineOptions eo = engine_options(mf);
+  apply_pipeline(mf, eo);
+  pipeline_output_from(0);
+  auto engine = Engine::load(eo);
   const ModelInfo& mi = engine->info();
   fmt::print(stderr, "model: {} ({}, {} layers, {} experts top-{}), loaded in {:.2f} s\n", mf.model, mi.architecture,
              mi.n_layer, mi.n_expert, mi.n_expert_used, engine->load_seconds());

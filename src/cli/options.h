@@ -20,6 +20,8 @@ struct ModelFlags {
   std::string policy = "nextuse";
   bool streaming = false, cold = false, no_prefetch = false, no_mlock = false, debug = false;
   int64_t preload = -1;
+  std::string stages;          // --stages A:B,C:D (pipeline)
+  double stage_timeout = 60;   // --stage-timeout seconds
 };
 
 // Adds -m/--model (defaulting to the embedded model), -t, -c, --experts and the streaming flags

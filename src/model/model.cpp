@@ -35,6 +35,10 @@ void Model::set_layer_range(int begin, int end) {
          hp_.arch, residual_streams());
   layer_begin_ = begin;
   layer_end_ = end;
+  // The expert stores see only this stage's layers, so neither a warm-start preload nor a
+  // prefetch brings another stage's experts into this stage's memory.
+  for (int il = 0; il < static_cast<int>(expert_layout_.layers.size()); ++il)
+    if (il < begin || il >= end) expert_layout_.layers[il] = ExpertLayerTensors{};
 }
 
 std::unique_ptr<KvCache> Model::make_kv_cache(int n_ctx) const {

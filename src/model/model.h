@@ -81,8 +81,8 @@ class Model {
   void set_prefetch(bool on) { prefetch_ = on; }
 
   // Pipeline stage: this model runs only layers [begin, end) (end −1: the last layer). The first
-  // stage embeds tokens, the last applies the output head; a stage's KV cache holds only its own
-  // layers. Throws naming the range when it is empty or outside 0..n_layer.
+  // stage embeds tokens, the last applies the output head; a stage's KV cache and expert layout
+  // hold only its own layers. Call before building the expert store. Throws naming the range when it is empty or outside 0..n_layer.
   void set_layer_range(int begin, int end);
   int layer_begin() const { return layer_begin_; }
   int layer_end() const { return layer_end_ < 0 ? hp_.n_layer : layer_end_; }
