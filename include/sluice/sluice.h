@@ -41,7 +41,7 @@ struct EngineOptions {
   // the link to the neighbouring stages; none: the whole model in this process.
   int layer_begin = 0;
   int layer_end = -1;
-  std::shared_ptr<StageLink> link;
+  std::shared_ptr<StageLink> link = nullptr;
 };
 
 struct SamplingOptions {

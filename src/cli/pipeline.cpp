@@ -50,6 +50,7 @@ HostFacts this_host(const ModelFlags& f, const EngineOptions& o) {
   return h;
 }
 
+#ifdef SLUICE_HAVE_MPI
 std::string encode(const HostFacts& h) {
   return fmt::format("{}\n{}\n{}\n{}\n{}", h.host, h.budget.bytes, h.budget.hard ? 1 : 0, h.disk_bytes_per_second, h.budget.source);
 }
@@ -65,6 +66,7 @@ HostFacts decode(const std::string& s) {
   h.budget.hard = hard != 0;
   return h;
 }
+#endif
 
 }  // namespace
 
