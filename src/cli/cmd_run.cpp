@@ -59,6 +59,7 @@ int cmd_run(int argc, char** argv) {
              r.n_prompt, r.prefill_seconds, r.n_prompt / std::max(r.prefill_seconds, 1e-9), n_gen,
              r.decode_seconds, n_gen / std::max(r.decode_seconds, 1e-9));
   if (stats) {
+    print_pipeline_traffic(eo, r.n_prompt + n_gen);
     ExpertStats es = engine->expert_stats();
     const double secs = r.prefill_seconds + r.decode_seconds;
     const int n_tok = r.n_prompt + n_gen;

@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
     // Under mpirun with several processes each is a pipeline stage; an error on one ends all.
     int code = 0;
     try {
-      sluice::cli::pipeline_start(&argc, &argv);
+      sluice::cli::pipeline_start(&argc, &argv, c.name);
       code = c.fn(argc - 1, argv + 1);
     } catch (const CLI::ParseError& e) {
       std::fprintf(stderr, "sluice %s: %s\n", c.name, e.what());

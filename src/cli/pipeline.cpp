@@ -70,13 +70,29 @@ HostFacts decode(const std::string& s) {
 
 }  // namespace
 
-void pipeline_start(int* argc, char*** argv) {
+void pipeline_start(int* argc, char*** argv, const char* command) {
 #ifdef SLUICE_HAVE_MPI
   world() = MpiWorld::start(argc, argv);
+  const std::string c = command;
+  if (world() && c != "run" && c != "logits" && c != "bench" && c != "inspect")
+    fail("'{}' does not run as a pipeline of {} processes (run, logits, bench and inspect do); start it without mpirun", c,
+         world()->size());
 #else
   (void)argc;
   (void)argv;
+  (void)command;
 #endif
+}
+
+void print_pipeline_traffic(const EngineOptions& o, int n_tokens) {
+  if (!o.link) return;
+  const StageLink::Traffic t = o.link->traffic();
+  const double per_token = static_cast<double>(t.bytes_sent + t.bytes_received) / std::max(n_tokens, 1);
+  fmt::print(stderr,
+             "pipeline {}: sent {} received {} in {} messages ({:.1f} KB/token), {:.3f} ms/token receiving, {:.3f} "
+             "ms/token waiting for neighbours\n",
+             o.link->describe(o.link->stage()), format_bytes(t.bytes_sent), format_bytes(t.bytes_received), t.messages,
+             per_token / 1e3, t.transfer_seconds * 1e3 / std::max(n_tokens, 1), t.wait_seconds * 1e3 / std::max(n_tokens, 1));
 }
 
 void pipeline_stop() {

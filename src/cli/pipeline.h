@@ -11,8 +11,11 @@
 namespace sluice::cli {
 
 // Starts MPI when launched by mpirun with several processes; main calls it before anything else
-// and pipeline_stop() after the command returns.
-void pipeline_start(int* argc, char*** argv);
+// and pipeline_stop() after the command returns. Throws for a command that cannot run as a
+// pipeline (run, logits, bench and inspect can).
+void pipeline_start(int* argc, char*** argv, const char* command);
+// One line per stage for --stats: what this stage sent and received, and its waits.
+void print_pipeline_traffic(const EngineOptions& o, int n_tokens);
 void pipeline_stop();
 // After an error: ends every process of the job with `code`; without a pipeline, returns.
 void pipeline_abort(int code);

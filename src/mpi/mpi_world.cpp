@@ -43,7 +43,11 @@ class MpiStageLink final : public StageLink {
     return fmt::format("stage {} (rank {} on {}, layers {}:{})", s, s, hosts_[s], spans_[s].begin, spans_[s].end);
   }
 
+  Traffic traffic() const override { return traffic_; }
+
   void send_hidden(std::span<const float> hidden) override {
+    traffic_.bytes_sent += hidden.size_bytes();
+    ++traffic_.messages;
     MPI_Request req;
     MPI_Isend(hidden.data(), static_cast<int>(hidden.size()), MPI_FLOAT, rank_ + 1, kTagHidden, MPI_COMM_WORLD, &req);
     wait_sent(&req, rank_ + 1, "a hidden state");
@@ -57,7 +61,11 @@ class MpiStageLink final : public StageLink {
     if (count != static_cast<int>(hidden.size()))
       fail("{} sent a hidden state of {} floats, {} expected {}: the stages disagree on the batch", describe(from), count,
            describe(rank_), hidden.size());
+    const auto t0 = Clock::now();
     MPI_Recv(hidden.data(), count, MPI_FLOAT, from, kTagHidden, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    traffic_.transfer_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+    traffic_.bytes_received += hidden.size_bytes();
+    ++traffic_.messages;
   }
 
   int32_t share_token(int32_t token) override {
@@ -65,12 +73,16 @@ class MpiStageLink final : public StageLink {
     if (rank_ == last_rank) {
       std::vector<MPI_Request> reqs(last_rank);
       for (int r = 0; r < last_rank; ++r) MPI_Isend(&token, 1, MPI_INT32_T, r, kTagToken, MPI_COMM_WORLD, &reqs[r]);
+      traffic_.bytes_sent += sizeof token * last_rank;
+      traffic_.messages += last_rank;
       for (int r = 0; r < last_rank; ++r) wait_sent(&reqs[r], r, "a token id");
       return token;
     }
     probe(last_rank, kTagToken, "a token id");
     int32_t got = -1;
     MPI_Recv(&got, 1, MPI_INT32_T, last_rank, kTagToken, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    traffic_.bytes_received += sizeof got;
+    ++traffic_.messages;
     return got;
   }
 
@@ -83,13 +95,17 @@ class MpiStageLink final : public StageLink {
          describe(peer), verb, what, timeout_, describe(rank_));
   }
 
-  MPI_Status probe(int from, int tag, const char* what) const {
-    const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_);
+  MPI_Status probe(int from, int tag, const char* what) {
+    const auto start = Clock::now();
+    const auto deadline = start + std::chrono::duration<double>(timeout_);
     MPI_Status st;
     for (;;) {
       int flag = 0;
       MPI_Iprobe(from, tag, MPI_COMM_WORLD, &flag, &st);
-      if (flag) return st;
+      if (flag) {
+        traffic_.wait_seconds += std::chrono::duration<double>(Clock::now() - start).count();
+        return st;
+      }
       if (Clock::now() > deadline) timed_out(from, what, "has not sent");
       std::this_thread::sleep_for(kPoll);
     }
@@ -113,6 +129,7 @@ class MpiStageLink final : public StageLink {
   std::vector<std::string> hosts_;
   std::vector<LayerSpan> spans_;
   double timeout_;
+  Traffic traffic_;
 };
 
 }  // namespace

@@ -27,6 +27,13 @@ class StageLink {
   virtual int32_t share_token(int32_t token) = 0;
   // "stage 1 (rank 1 on host-b, layers 8:16)", for messages.
   virtual std::string describe(int stage) const = 0;
+  // What crossed the wire so far: bytes and messages sent and received, and the seconds spent
+  // in receives from probing the message to having it (the transfer, not the wait for it).
+  struct Traffic {
+    uint64_t bytes_sent = 0, bytes_received = 0, messages = 0;
+    double transfer_seconds = 0, wait_seconds = 0;  // wait: until a message was there to receive
+  };
+  virtual Traffic traffic() const = 0;
 };
 
 }  // namespace sluice
