@@ -16,7 +16,8 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-StagePlan plan_stage(const MemoryFacts& facts, LayerSpan span, const HostFacts& host, const PlanRequest& base) {
+StagePlan plan_stage(const MemoryFacts& facts, LayerSpan span, const HostFacts& host,
+                     const PlanRequest& base) {
   StagePlan s;
   s.span = span;
   s.facts = facts;
@@ -28,28 +29,36 @@ StagePlan plan_stage(const MemoryFacts& facts, LayerSpan span, const HostFacts& 
     return s;
   }
   s.decode = estimate_decode(facts, s.memory, host.disk_bytes_per_second);
-  const double active =
-      facts.n_expert > 0 ? static_cast<double>(facts.routed_bytes) * facts.n_expert_used / facts.n_expert : 0;
-  const double read = host.disk_bytes_per_second > 0 ? s.decode.miss_bytes_per_token / host.disk_bytes_per_second : 0;
-  s.seconds_per_token = (static_cast<double>(facts.resident_bytes) + active) / kComputeBytesPerSecond + read;
+  const double active = facts.n_expert > 0 ? static_cast<double>(facts.routed_bytes) *
+                                                 facts.n_expert_used / facts.n_expert
+                                           : 0;
+  const double read = host.disk_bytes_per_second > 0
+                          ? s.decode.miss_bytes_per_token / host.disk_bytes_per_second
+                          : 0;
+  s.seconds_per_token =
+      (static_cast<double>(facts.resident_bytes) + active) / kComputeBytesPerSecond + read;
   return s;
 }
 
-std::string describe_failure(const std::vector<StagePlan>& stages, const std::vector<HostFacts>& hosts) {
+std::string describe_failure(const std::vector<StagePlan>& stages,
+                             const std::vector<HostFacts>& hosts) {
   for (size_t i = 0; i < stages.size(); ++i)
     if (!stages[i].memory.ok)
-      return fmt::format("stage {} (layers {}:{}) on {}: {}", i, stages[i].span.begin, stages[i].span.end, hosts[i].host,
-                         stages[i].memory.reason);
+      return fmt::format("stage {} (layers {}:{}) on {}: {}", i, stages[i].span.begin,
+                         stages[i].span.end, hosts[i].host, stages[i].memory.reason);
   return "";
 }
 
 }  // namespace
 
-PipelinePlan evaluate_pipeline(const std::function<MemoryFacts(LayerSpan)>& facts_for, const std::vector<LayerSpan>& spans,
+PipelinePlan evaluate_pipeline(const std::function<MemoryFacts(LayerSpan)>& facts_for,
+                               const std::vector<LayerSpan>& spans,
                                const std::vector<HostFacts>& hosts, const PlanRequest& request) {
-  if (spans.size() != hosts.size()) fail("{} stages for {} hosts: expected one stage per host", spans.size(), hosts.size());
+  if (spans.size() != hosts.size())
+    fail("{} stages for {} hosts: expected one stage per host", spans.size(), hosts.size());
   PipelinePlan p;
-  for (size_t i = 0; i < spans.size(); ++i) p.stages.push_back(plan_stage(facts_for(spans[i]), spans[i], hosts[i], request));
+  for (size_t i = 0; i < spans.size(); ++i)
+    p.stages.push_back(plan_stage(facts_for(spans[i]), spans[i], hosts[i], request));
   p.reason = describe_failure(p.stages, hosts);
   p.ok = p.reason.empty();
   if (p.ok) p.reason = "layers as given by --stages";
@@ -60,14 +69,17 @@ PipelinePlan plan_pipeline(const std::function<MemoryFacts(LayerSpan)>& facts_fo
                            const std::vector<HostFacts>& hosts, const PlanRequest& request) {
   const int n = static_cast<int>(hosts.size());
   if (n < 1) fail("a pipeline needs at least one host");
-  if (n > n_layer) fail("{} stages for a model of {} layers: expected at most one stage per layer", n, n_layer);
+  if (n > n_layer)
+    fail("{} stages for a model of {} layers: expected at most one stage per layer", n, n_layer);
   std::map<std::pair<int, int>, double> cost;  // (stage, begin·n_layer + end) → seconds per token
   auto stage_cost = [&](int s, int b, int e) {
     auto [it, fresh] = cost.try_emplace({s, b * (n_layer + 1) + e}, 0.0);
-    if (fresh) it->second = plan_stage(facts_for({b, e}), {b, e}, hosts[s], request).seconds_per_token;
+    if (fresh)
+      it->second = plan_stage(facts_for({b, e}), {b, e}, hosts[s], request).seconds_per_token;
     return it->second;
   };
-  // best[s][e]: the slowest stage's time when stages 0..s cover layers 0..e; from[s][e]: stage s's first layer.
+  // best[s][e]: the slowest stage's time when stages 0..s cover layers 0..e; from[s][e]: stage s's
+  // first layer.
   std::vector<std::vector<double>> best(n, std::vector<double>(n_layer + 1, kInf));
   std::vector<std::vector<int>> from(n, std::vector<int>(n_layer + 1, -1));
   for (int e = 1; e <= n_layer - (n - 1); ++e) {
@@ -99,8 +111,9 @@ PipelinePlan plan_pipeline(const std::function<MemoryFacts(LayerSpan)>& facts_fo
     e = from[s][e];
   }
   PipelinePlan p = evaluate_pipeline(facts_for, spans, hosts, request);
-  p.reason = fmt::format("layers split to balance the estimated time per token (slowest stage {:.2f} ms)",
-                         best[n - 1][n_layer] * 1e3);
+  p.reason =
+      fmt::format("layers split to balance the estimated time per token (slowest stage {:.2f} ms)",
+                  best[n - 1][n_layer] * 1e3);
   return p;
 }
 
@@ -109,7 +122,8 @@ std::vector<LayerSpan> parse_stages(const std::string& text, int n_layer, int n_
   size_t pos = 0;
   while (pos <= text.size()) {
     const size_t comma = text.find(',', pos);
-    const std::string part = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    const std::string part =
+        text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
     const size_t colon = part.find(':');
     LayerSpan s;
     size_t used_b = 0, used_e = 0;
@@ -124,8 +138,8 @@ std::vector<LayerSpan> parse_stages(const std::string& text, int n_layer, int n_
       fail("--stages '{}': '{}' is not BEGIN:END (expected e.g. 0:8,8:{})", text, part, n_layer);
     const int expected_begin = out.empty() ? 0 : out.back().end;
     if (s.begin != expected_begin || s.end <= s.begin || s.end > n_layer)
-      fail("--stages '{}': range {}:{} must start at {} and end after it, at most at {}", text, s.begin, s.end,
-           expected_begin, n_layer);
+      fail("--stages '{}': range {}:{} must start at {} and end after it, at most at {}", text,
+           s.begin, s.end, expected_begin, n_layer);
     out.push_back(s);
     if (comma == std::string::npos) break;
     pos = comma + 1;

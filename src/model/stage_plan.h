@@ -44,7 +44,8 @@ inline constexpr double kComputeBytesPerSecond = 10e9;
 PipelinePlan plan_pipeline(const std::function<MemoryFacts(LayerSpan)>& facts_for, int n_layer,
                            const std::vector<HostFacts>& hosts, const PlanRequest& request);
 // The same evaluation for a given split (--stages).
-PipelinePlan evaluate_pipeline(const std::function<MemoryFacts(LayerSpan)>& facts_for, const std::vector<LayerSpan>& spans,
+PipelinePlan evaluate_pipeline(const std::function<MemoryFacts(LayerSpan)>& facts_for,
+                               const std::vector<LayerSpan>& spans,
                                const std::vector<HostFacts>& hosts, const PlanRequest& request);
 // Parses --stages "0:8,8:16": n_stages contiguous, non-empty ranges covering 0..n_layer in order;
 // throws naming the flag and the expected form otherwise.

@@ -3,6 +3,7 @@
 // naming it, and ranks that outnumber the cores do not spin against each other.
 #include "mpi/mpi_world.h"
 
+#include <fmt/format.h>
 #include <mpi.h>
 #include <unistd.h>
 
@@ -10,8 +11,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "core/error.h"
 
@@ -33,14 +32,16 @@ int env_int(const char* name) {
 
 class MpiStageLink final : public StageLink {
  public:
-  MpiStageLink(int rank, std::vector<std::string> hosts, std::vector<LayerSpan> spans, double timeout)
+  MpiStageLink(int rank, std::vector<std::string> hosts, std::vector<LayerSpan> spans,
+               double timeout)
       : rank_(rank), hosts_(std::move(hosts)), spans_(std::move(spans)), timeout_(timeout) {}
 
   int stage() const override { return rank_; }
   int n_stages() const override { return static_cast<int>(hosts_.size()); }
 
   std::string describe(int s) const override {
-    return fmt::format("stage {} (rank {} on {}, layers {}:{})", s, s, hosts_[s], spans_[s].begin, spans_[s].end);
+    return fmt::format("stage {} (rank {} on {}, layers {}:{})", s, s, hosts_[s], spans_[s].begin,
+                       spans_[s].end);
   }
 
   Traffic traffic() const override { return traffic_; }
@@ -49,7 +50,8 @@ class MpiStageLink final : public StageLink {
     traffic_.bytes_sent += hidden.size_bytes();
     ++traffic_.messages;
     MPI_Request req;
-    MPI_Isend(hidden.data(), static_cast<int>(hidden.size()), MPI_FLOAT, rank_ + 1, kTagHidden, MPI_COMM_WORLD, &req);
+    MPI_Isend(hidden.data(), static_cast<int>(hidden.size()), MPI_FLOAT, rank_ + 1, kTagHidden,
+              MPI_COMM_WORLD, &req);
     wait_sent(&req, rank_ + 1, "a hidden state");
   }
 
@@ -59,8 +61,8 @@ class MpiStageLink final : public StageLink {
     int count = 0;
     MPI_Get_count(&st, MPI_FLOAT, &count);
     if (count != static_cast<int>(hidden.size()))
-      fail("{} sent a hidden state of {} floats, {} expected {}: the stages disagree on the batch", describe(from), count,
-           describe(rank_), hidden.size());
+      fail("{} sent a hidden state of {} floats, {} expected {}: the stages disagree on the batch",
+           describe(from), count, describe(rank_), hidden.size());
     const auto t0 = Clock::now();
     MPI_Recv(hidden.data(), count, MPI_FLOAT, from, kTagHidden, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     traffic_.transfer_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
@@ -72,7 +74,8 @@ class MpiStageLink final : public StageLink {
     const int last_rank = n_stages() - 1;
     if (rank_ == last_rank) {
       std::vector<MPI_Request> reqs(last_rank);
-      for (int r = 0; r < last_rank; ++r) MPI_Isend(&token, 1, MPI_INT32_T, r, kTagToken, MPI_COMM_WORLD, &reqs[r]);
+      for (int r = 0; r < last_rank; ++r)
+        MPI_Isend(&token, 1, MPI_INT32_T, r, kTagToken, MPI_COMM_WORLD, &reqs[r]);
       traffic_.bytes_sent += sizeof token * last_rank;
       traffic_.messages += last_rank;
       for (int r = 0; r < last_rank; ++r) wait_sent(&reqs[r], r, "a token id");
@@ -90,9 +93,11 @@ class MpiStageLink final : public StageLink {
   using Clock = std::chrono::steady_clock;
 
   [[noreturn]] void timed_out(int peer, const char* what, const char* verb) const {
-    fail("{} {} {} for {:.0f} s: it stopped responding (its process died, or its host is unreachable or stuck); "
-         "{} gives up",
-         describe(peer), verb, what, timeout_, describe(rank_));
+    fail(
+        "{} {} {} for {:.0f} s: it stopped responding (its process died, or its host is "
+        "unreachable or stuck); "
+        "{} gives up",
+        describe(peer), verb, what, timeout_, describe(rank_));
   }
 
   MPI_Status probe(int from, int tag, const char* what) {
@@ -136,7 +141,8 @@ class MpiStageLink final : public StageLink {
 
 std::unique_ptr<MpiWorld> MpiWorld::start(int* argc, char*** argv) {
   // Open MPI, MPICH (Hydra / PMI) and PMIx launchers each say the job's size in the environment.
-  const int size = std::max({env_int("OMPI_COMM_WORLD_SIZE"), env_int("PMI_SIZE"), env_int("PMIX_SIZE")});
+  const int size =
+      std::max({env_int("OMPI_COMM_WORLD_SIZE"), env_int("PMI_SIZE"), env_int("PMIX_SIZE")});
   if (size <= 1) return nullptr;
   int provided = 0;
   MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
@@ -151,9 +157,12 @@ std::unique_ptr<MpiWorld> MpiWorld::start(int* argc, char*** argv) {
   return w;
 }
 
-MpiWorld::MpiWorld(int rank, int size, std::string host) : rank_(rank), size_(size), host_(std::move(host)) {}
+MpiWorld::MpiWorld(int rank, int size, std::string host)
+    : rank_(rank), size_(size), host_(std::move(host)) {}
 
-MpiWorld::~MpiWorld() { MPI_Finalize(); }
+MpiWorld::~MpiWorld() {
+  MPI_Finalize();
+}
 
 std::vector<std::string> MpiWorld::all_gather(const std::string& mine) const {
   int len = static_cast<int>(mine.size());
@@ -165,14 +174,17 @@ std::vector<std::string> MpiWorld::all_gather(const std::string& mine) const {
     total += lens[r];
   }
   std::string all(total, '\0');
-  MPI_Allgatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), offsets.data(), MPI_CHAR, MPI_COMM_WORLD);
+  MPI_Allgatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), offsets.data(), MPI_CHAR,
+                 MPI_COMM_WORLD);
   std::vector<std::string> out(size_);
   for (int r = 0; r < size_; ++r) out[r] = all.substr(offsets[r], lens[r]);
   return out;
 }
 
-std::shared_ptr<StageLink> MpiWorld::link(const std::vector<LayerSpan>& spans, double timeout_seconds) {
-  if (static_cast<int>(spans.size()) != size_) fail("{} stages for {} MPI ranks: expected one per rank", spans.size(), size_);
+std::shared_ptr<StageLink> MpiWorld::link(const std::vector<LayerSpan>& spans,
+                                          double timeout_seconds) {
+  if (static_cast<int>(spans.size()) != size_)
+    fail("{} stages for {} MPI ranks: expected one per rank", spans.size(), size_);
   return std::make_shared<MpiStageLink>(rank_, hosts_, spans, timeout_seconds);
 }
 

@@ -36,7 +36,8 @@ struct Stage {
 
 // Logits after every prompt token, then after each of 3 greedy tokens evaluated alone; `cuts`
 // are the stage boundaries (empty: the whole model through forward()).
-std::vector<float> run(const gguf::File& file, const std::vector<int32_t>& prompt, const std::vector<int>& cuts) {
+std::vector<float> run(const gguf::File& file, const std::vector<int32_t>& prompt,
+                       const std::vector<int>& cuts) {
   ThreadPool pool(2);
   std::vector<Stage> stages;
   std::vector<int> bounds{0};
@@ -51,7 +52,8 @@ std::vector<float> run(const gguf::File& file, const std::vector<int32_t>& promp
     stages.push_back(std::move(s));
   }
   auto step = [&](const Batch& b, std::vector<float>& logits) {
-    if (cuts.empty()) return stages[0].model->forward(pool, b, *stages[0].kv, *stages[0].experts, logits);
+    if (cuts.empty())
+      return stages[0].model->forward(pool, b, *stages[0].kv, *stages[0].experts, logits);
     std::vector<float> hidden;
     for (Stage& s : stages) {
       s.model->forward_stage(pool, b, *s.kv, *s.experts, hidden, logits);
@@ -84,11 +86,13 @@ TEST_P(PipelineStages, StagedLogitsAreBitIdenticalToOneForward) {
   const int n_layer = load_model(*file)->hparams().n_layer;
   ASSERT_GE(n_layer, 3);
   const std::vector<float> whole = run(*file, prompt, {});
-  for (const std::vector<int>& cuts : {std::vector<int>{1}, std::vector<int>{n_layer - 1}, std::vector<int>{1, 2}}) {
+  for (const std::vector<int>& cuts :
+       {std::vector<int>{1}, std::vector<int>{n_layer - 1}, std::vector<int>{1, 2}}) {
     const std::vector<float> staged = run(*file, prompt, cuts);
     ASSERT_EQ(staged.size(), whole.size());
     EXPECT_EQ(0, std::memcmp(staged.data(), whole.data(), whole.size() * sizeof(float)))
-        << stem << " split at " << cuts[0] << (cuts.size() > 1 ? "," + std::to_string(cuts[1]) : "");
+        << stem << " split at " << cuts[0]
+        << (cuts.size() > 1 ? "," + std::to_string(cuts[1]) : "");
   }
 }
 

@@ -48,8 +48,8 @@ std::string read_file(const fs::path& p) {
 // mpirun over TCP on this machine, allowed as root, ranks outnumbering cores; `wrap` runs each
 // rank through `sh -c` (with $OMPI_COMM_WORLD_RANK) before exec'ing sluice.
 std::string mpirun(int n, const std::string& args, const std::string& wrap = "") {
-  const std::string run = std::string(SLUICE_MPIEXEC) + " --oversubscribe -np " + std::to_string(n) +
-                          " --mca btl tcp,self --mca btl_tcp_if_include lo ";
+  const std::string run = std::string(SLUICE_MPIEXEC) + " --oversubscribe -np " +
+                          std::to_string(n) + " --mca btl tcp,self --mca btl_tcp_if_include lo ";
   const std::string env = "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ";
   if (wrap.empty()) return env + run + SLUICE_BIN + " " + args;
   return env + run + "sh -c '" + wrap + " exec " + SLUICE_BIN + " " + args + "'";
@@ -59,10 +59,11 @@ class PipelineMpi : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(PipelineMpi, TwoAndThreeStagesGiveOneProcessLogits) {
   const std::string stem = GetParam();
-  const fs::path dir = fs::temp_directory_path() / ("sluice-mpi-" + stem + "-" + std::to_string(getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("sluice-mpi-" + stem + "-" + std::to_string(getpid()));
   fs::create_directories(dir);
-  const std::string args = "logits -t 1 --greedy 4 -m " + (kRef / (stem + ".gguf")).string() + " --tokens-from " +
-                           (kRef / (stem + ".prompt1.json")).string() + " -o ";
+  const std::string args = "logits -t 1 --greedy 4 -m " + (kRef / (stem + ".gguf")).string() +
+                           " --tokens-from " + (kRef / (stem + ".prompt1.json")).string() + " -o ";
   Result one = sh(std::string(SLUICE_BIN) + " " + args + (dir / "one.json").string());
   ASSERT_EQ(one.status, 0) << one.out;
   const std::string expected = read_file(dir / "one.json");
@@ -76,7 +77,8 @@ TEST_P(PipelineMpi, TwoAndThreeStagesGiveOneProcessLogits) {
   fs::remove_all(dir);
 }
 
-INSTANTIATE_TEST_SUITE_P(Reference, PipelineMpi, ::testing::Values("qwen3moe-256-q8_0", "deepseek2-f32", "gptoss-f32"),
+INSTANTIATE_TEST_SUITE_P(Reference, PipelineMpi,
+                         ::testing::Values("qwen3moe-256-q8_0", "deepseek2-f32", "gptoss-f32"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& c : n)
@@ -92,10 +94,13 @@ class PipelineMpiModel : public ::testing::Test {
     fs::create_directories(dir_);
     model_ = (dir_ / "m.gguf").string();
     Result g = sh(std::string(SLUICE_BIN) +
-                  " gen-model --preset qwen3-30b-a3b --layers 4 --experts 32 --experts-used 8 --embd 1024 --ff-exp 1024 "
-                  "--heads 8 --kv-heads 2 --head-dim 128 --vocab 4096 --seed 7 --force -o " + model_);
+                  " gen-model --preset qwen3-30b-a3b --layers 4 --experts 32 --experts-used 8 "
+                  "--embd 1024 --ff-exp 1024 "
+                  "--heads 8 --kv-heads 2 --head-dim 128 --vocab 4096 --seed 7 --force -o " +
+                  model_);
     if (g.status != 0) model_.clear();
-    std::ofstream(dir_ / "ref.json") << R"({"tokens": [1, 5, 9, 200, 17, 33, 2, 8, 99, 100, 101, 7, 3, 64, 12, 250]})";
+    std::ofstream(dir_ / "ref.json")
+        << R"({"tokens": [1, 5, 9, 200, 17, 33, 2, 8, 99, 100, 101, 7, 3, 64, 12, 250]})";
   }
   static void TearDownTestSuite() { fs::remove_all(dir_); }
   void SetUp() override {
@@ -113,12 +118,14 @@ class PipelineMpiModel : public ::testing::Test {
     const fs::path pids = dir_ / ("pids-" + std::to_string(sig));
     fs::create_directories(pids);
     const std::string cmd =
-        "timeout 60 " + mpirun(2, "run -t 1 -c 4096 -n 4000 -p hello --temp 0 --stage-timeout 3 -m " + model_,
-                               "echo $$ > " + pids.string() + "/$OMPI_COMM_WORLD_RANK;");
+        "timeout 60 " +
+        mpirun(2, "run -t 1 -c 4096 -n 4000 -p hello --temp 0 --stage-timeout 3 -m " + model_,
+               "echo $$ > " + pids.string() + "/$OMPI_COMM_WORLD_RANK;");
     std::chrono::steady_clock::time_point signalled{};
     std::thread killer([&] {
       const fs::path pid_file = pids / "1";
-      for (int i = 0; i < 300 && !fs::exists(pid_file); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      for (int i = 0; i < 300 && !fs::exists(pid_file); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
       std::this_thread::sleep_for(std::chrono::seconds(3));  // loaded and decoding
       signalled = std::chrono::steady_clock::now();
       const std::string pid = read_file(pid_file);
@@ -138,20 +145,25 @@ TEST_F(PipelineMpiModel, EachStageStreamsUnderItsOwnCgroupLimit) {
   const fs::path cg_root = "/sys/fs/cgroup/memory";
   const std::string tag = "sluice-mpi-" + std::to_string(getpid());
   std::error_code ec;
-  if (!fs::exists(cg_root / "memory.limit_in_bytes")) GTEST_SKIP() << "no cgroup v1 memory controller";
+  if (!fs::exists(cg_root / "memory.limit_in_bytes"))
+    GTEST_SKIP() << "no cgroup v1 memory controller";
   constexpr uint64_t kLimit = 96ull << 20;  // each stage; the file is ~240 MB
   for (int r = 0; r < 2; ++r) {
     const fs::path cg = cg_root / (tag + "-" + std::to_string(r));
     if (!fs::create_directory(cg, ec)) GTEST_SKIP() << "cannot create cgroup " << cg;
     std::ofstream(cg / "memory.limit_in_bytes") << kLimit;
   }
-  const std::string args = "logits -t 1 --greedy 4 -m " + model_ + " --tokens-from " + (dir_ / "ref.json").string();
+  const std::string args =
+      "logits -t 1 --greedy 4 -m " + model_ + " --tokens-from " + (dir_ / "ref.json").string();
   // Out of the page cache, so each stage's pages are charged to its own cgroup.
   const int fd = ::open(model_.c_str(), O_RDONLY);
   ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
   ::close(fd);
-  Result s = sh(mpirun(2, args + " --experts stream --ssd-streaming-cache-experts 24MB -o " + (dir_ / "stream.json").string(),
-                       "echo $$ > " + (cg_root / tag).string() + "-$OMPI_COMM_WORLD_RANK/cgroup.procs;"));
+  Result s =
+      sh(mpirun(2,
+                args + " --experts stream --ssd-streaming-cache-experts 24MB -o " +
+                    (dir_ / "stream.json").string(),
+                "echo $$ > " + (cg_root / tag).string() + "-$OMPI_COMM_WORLD_RANK/cgroup.procs;"));
   uint64_t peak[2];
   for (int r = 0; r < 2; ++r) {
     const fs::path cg = cg_root / (tag + "-" + std::to_string(r));
@@ -162,7 +174,8 @@ TEST_F(PipelineMpiModel, EachStageStreamsUnderItsOwnCgroupLimit) {
   ASSERT_EQ(s.status, 0) << s.out;
   EXPECT_LE(peak[0], kLimit);
   EXPECT_LE(peak[1], kLimit);
-  Result a = sh(std::string(SLUICE_BIN) + " " + args + " --experts ram -o " + (dir_ / "ram.json").string());
+  Result a = sh(std::string(SLUICE_BIN) + " " + args + " --experts ram -o " +
+                (dir_ / "ram.json").string());
   ASSERT_EQ(a.status, 0) << a.out;
   EXPECT_EQ(read_file(dir_ / "stream.json"), read_file(dir_ / "ram.json"));
 }
