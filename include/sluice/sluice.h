@@ -21,6 +21,8 @@
 
 namespace sluice {
 
+class StageLink;  // runtime/stage_link.h: the channel between pipeline stages
+
 struct EngineOptions {
   std::string model_path;
   int n_threads = 0;          // 0: one per physical core available to the process
@@ -37,6 +39,11 @@ struct EngineOptions {
   bool debug = false;            // log every expert hit and miss
   KvType kv_type_k = KvType::kF32;  // storage of cached keys (MLA: the latent and rope key)
   KvType kv_type_v = KvType::kF32;  // storage of cached values
+  // Pipeline stage: the layers [layer_begin, layer_end) this engine runs (−1: to the last), and
+  // the link to the neighbouring stages; none: the whole model in this process.
+  int layer_begin = 0;
+  int layer_end = -1;
+  std::shared_ptr<StageLink> link = nullptr;
 };
 
 struct SamplingOptions {
@@ -90,6 +97,8 @@ struct ModelInfo {
   int n_ctx = 0;                // context of new sessions (the option, or its default from the training context)
   uint64_t kv_bytes = 0;        // KV cache of kv_slots sequences at n_ctx (allocated as it fills)
   uint64_t memlock_limit = 0;   // RLIMIT_MEMLOCK; 0: unlimited
+  int stage = 0, n_stages = 1;  // pipeline stage of this process (0 … n_stages−1)
+  int layer_begin = 0, layer_end = 0;  // the layers this process runs
 };
 
 struct ExpertStats {
@@ -111,6 +120,9 @@ class Engine {
   std::vector<int32_t> tokenize(std::string_view text, bool add_special, bool parse_special = false) const;
   std::string detokenize(std::span<const int32_t> tokens) const;
   bool is_eog(int32_t token) const;
+  // Pipeline stages: the last stage (the only one with logits) passes the token it chose and
+  // every stage gets it back; without a pipeline, returns `token`.
+  int32_t share_token(int32_t token);
   // A session with its own KV cache of n_ctx tokens (0: the engine's n_ctx; not capped at the
   // training context). The expert-cache budget was planned for EngineOptions::n_ctx, so a much
   // larger n_ctx takes memory the plan did not count.

@@ -17,6 +17,7 @@
 
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "cli/pipeline.h"
 #include "core/error.h"
 #include "core/timer.h"
 
@@ -78,6 +79,8 @@ double run_pp(Engine& engine, int n, uint32_t seed) {
   const auto tokens = random_tokens(n, engine.info().n_vocab, seed);
   Timer t;
   session->evaluate(tokens);
+  // In a pipeline the prompt is done when the last stage is: wait for its word.
+  engine.share_token(0);
   return t.seconds();
 }
 
@@ -135,6 +138,8 @@ int cmd_bench(int argc, char** argv) {
   for (int n : pps) longest = std::max(longest, n + 1);
   for (int n : tgs) longest = std::max(longest, n + 2);
   if (!defaults && mf.ctx == 0) eo.n_ctx = longest;
+  apply_pipeline(mf, eo);
+  pipeline_output_from(0);
   auto engine = Engine::load(eo);
   const ModelInfo& mi = engine->info();
   if (defaults) {

@@ -8,8 +8,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
+
+#include <cmath>
+
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "cli/pipeline.h"
+#include "core/meminfo.h"
+#include "model/stage_plan.h"
 #include "core/disk_probe.h"
 #include "core/error.h"
 #include "core/units.h"
@@ -221,6 +228,45 @@ void print_human(const gguf::File& file, const ModelReport& r, bool with_metadat
 
 }  // namespace
 
+// `--plan N`: the stage placement for N hosts and each host's budget, as `mpirun -np N sluice
+// run` would place the layers (cli/pipeline, model/stage_plan).
+void print_pipeline(const gguf::File& file, const ModelReport& report, const SizingOptions& opts, int n) {
+  std::vector<HostFacts> hosts;
+  if (pipeline_size() > 1) {
+    ModelFlags f;
+    f.model = file.part_path(0);
+    if (opts.ram) f.mem_limit = fmt::format("{}", *opts.ram);
+    hosts = pipeline_hosts(f, n);
+  } else {
+    HostFacts h;
+    char name[256] = {};
+    gethostname(name, sizeof name - 1);
+    h.host = name;
+    h.budget = opts.ram ? memory_budget(MemInfo{}, *opts.ram, "--ram") : memory_budget(read_meminfo(), 0, "");
+    h.disk_bytes_per_second = opts.disk_bytes_per_second;
+    hosts.assign(n, h);
+  }
+  const int n_layer = report.first_mtp_layer >= 0 ? report.first_mtp_layer : static_cast<int>(report.model.n_layer.value_or(0));
+  PlanRequest req;
+  req.n_ctx = report.kv.ctx;
+  req.n_slots = opts.slots;
+  const PipelinePlan plan = plan_pipeline([&](LayerSpan s) { return memory_facts(file, opts.kv, req.n_ctx, s); }, n_layer, hosts, req);
+  if (pipeline_rank() != 0) return;
+  fmt::print("pipeline plan, {} stages: {}\n", n, plan.reason);
+  fmt::print("| stage | host | budget | layers | resident | routed | KV | experts | cache | hit % | est. ms/token |\n");
+  fmt::print("|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (size_t i = 0; i < plan.stages.size(); ++i) {
+    const StagePlan& s = plan.stages[i];
+    fmt::print("| {} | {} | {} ({}) | {}:{} | {} | {} | {} | {} | {} | {:.1f} | {} |\n", i, hosts[i].host,
+               format_bytes(hosts[i].budget.bytes), hosts[i].budget.source, s.span.begin, s.span.end,
+               format_bytes(s.facts.resident_bytes), format_bytes(s.facts.routed_bytes), format_bytes(s.memory.kv_bytes),
+               s.memory.ok ? placement_name(s.memory.placement) : "does not fit", format_bytes(s.memory.cache_bytes),
+               100.0 * s.decode.hit_rate,
+               std::isfinite(s.seconds_per_token) ? fmt::format("{:.2f}", s.seconds_per_token * 1e3) : std::string("-"));
+  }
+  if (!plan.ok) fail("pipeline placement: {}", plan.reason);
+}
+
 int cmd_inspect(int argc, char** argv) {
   CLI::App app{"Show a GGUF model's architecture, tensors, sizes and a RAM verdict", "sluice inspect"};
   std::string path, ram_text, disk_rate_text;
@@ -242,6 +288,9 @@ int cmd_inspect(int argc, char** argv) {
   app.add_flag("--measure-disk", measure_disk, "measure the disk read rate with a 2-second random-read probe of the model file");
   std::string type_k = "f32", type_v = "f32";
   add_kv_type_flags(app, type_k, type_v);
+  int plan_stages = 0;
+  app.add_option("--plan", plan_stages, "pipeline placement over N hosts (under mpirun: each rank's host; else N of this one)")
+      ->check(CLI::Range(1, 1024));
   app.add_flag("--json", json, "print JSON instead of tables");
   app.add_flag("--metadata", metadata, "also list every metadata key");
   SLUICE_PARSE(app, argc, argv);
@@ -261,6 +310,10 @@ int cmd_inspect(int argc, char** argv) {
                probe.reads, probe.direct ? "" : " (no O_DIRECT: the page cache may have served some)");
   }
   const ModelReport report = analyze_model(*file, opts);
+  if (plan_stages > 0) {
+    print_pipeline(*file, report, opts, plan_stages);
+    return 0;
+  }
   if (json) {
     fmt::print("{}\n", to_json(*file, report, metadata).dump(2, ' ', false, Json::error_handler_t::replace));
   } else {

@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "cli/pipeline.h"
 #include "core/error.h"
 #include "sampling/sampler.h"
 
@@ -58,10 +59,27 @@ int cmd_logits(int argc, char** argv) {
   }
   mf.ctx = std::max<int>(mf.ctx, static_cast<int>(tokens.size()) + greedy);
 
-  auto engine = Engine::load(engine_options(mf));
+  EngineOptions eo = engine_options(mf);
+  apply_pipeline(mf, eo);
+  auto engine = Engine::load(eo);
   const int n_vocab = engine->info().n_vocab;
+  // In a pipeline only the last stage has logits: it writes the output and chooses the greedy
+  // tokens, which every stage then evaluates.
+  const bool has_logits = engine->info().stage == engine->info().n_stages - 1;
+  pipeline_output_from(engine->info().n_stages - 1);
   auto session = engine->new_session();
   std::vector<float> all = session->evaluate_all(tokens);
+  std::vector<int32_t> ctx = tokens;
+  std::vector<int32_t> gen;
+  std::span<const float> logits =
+      has_logits ? std::span<const float>(all.data() + (tokens.size() - 1) * n_vocab, n_vocab) : std::span<const float>();
+  for (int i = 0; i < greedy; ++i) {
+    const int32_t next = engine->share_token(has_logits ? argmax(logits) : -1);
+    gen.push_back(next);
+    ctx.push_back(next);
+    if (i + 1 < greedy) logits = session->evaluate(ctx);
+  }
+  if (!has_logits) return 0;
   nlohmann::json out;
   out["model"] = mf.model;
   out["n_vocab"] = n_vocab;
@@ -71,16 +89,6 @@ int cmd_logits(int argc, char** argv) {
     out["top_logits"].push_back(top_of(std::span<const float>(all.data() + i * n_vocab, n_vocab), top));
   std::span<const float> last(all.data() + (tokens.size() - 1) * n_vocab, n_vocab);
   out["last_logits"] = std::vector<float>(last.begin(), last.end());
-
-  std::vector<int32_t> ctx = tokens;
-  std::vector<int32_t> gen;
-  std::span<const float> logits = last;
-  for (int i = 0; i < greedy; ++i) {
-    const int32_t next = argmax(logits);
-    gen.push_back(next);
-    ctx.push_back(next);
-    if (i + 1 < greedy) logits = session->evaluate(ctx);
-  }
   out["greedy"] = gen;
   const std::string dumped = out.dump();
   if (out_path == "-") {

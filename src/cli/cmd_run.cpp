@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "cli/pipeline.h"
 #include "core/error.h"
 
 namespace sluice::cli {
@@ -31,7 +32,10 @@ int cmd_run(int argc, char** argv) {
   if (!prompt_file.empty()) prompt = read_text(prompt_file);
   if (prompt.empty()) fail("give a prompt with -p TEXT or -f FILE");
 
-  auto engine = Engine::load(engine_options(mf));
+  EngineOptions eo = engine_options(mf);
+  apply_pipeline(mf, eo);
+  pipeline_output_from(0);
+  auto engine = Engine::load(eo);
   const ModelInfo& mi = engine->info();
   fmt::print(stderr, "model: {} ({}, {} layers, {} experts top-{}), loaded in {:.2f} s\n", mf.model, mi.architecture,
              mi.n_layer, mi.n_expert, mi.n_expert_used, engine->load_seconds());
@@ -64,6 +68,7 @@ int cmd_run(int argc, char** argv) {
              r.n_prompt, r.prefill_seconds, r.n_prompt / std::max(r.prefill_seconds, 1e-9), n_gen,
              r.decode_seconds, n_gen / std::max(r.decode_seconds, 1e-9));
   if (stats) {
+    print_pipeline_traffic(eo, r.n_prompt + n_gen);
     ExpertStats es = engine->expert_stats();
     const double secs = r.prefill_seconds + r.decode_seconds;
     const int n_tok = r.n_prompt + n_gen;

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "cli/commands.h"
+#include "cli/pipeline.h"
 #include "core/error.h"
 
 namespace {
@@ -60,18 +61,24 @@ int main(int argc, char** argv) {
       if (argv[i] == from) argv[i] = const_cast<char*>(to);
   for (const auto& c : kCommands) {
     if (std::string_view(argv[1]) != c.name) continue;
+    // Under mpirun with several processes each is a pipeline stage; an error on one ends all.
+    int code = 0;
     try {
-      return c.fn(argc - 1, argv + 1);
+      sluice::cli::pipeline_start(&argc, &argv, c.name);
+      code = c.fn(argc - 1, argv + 1);
     } catch (const CLI::ParseError& e) {
       std::fprintf(stderr, "sluice %s: %s\n", c.name, e.what());
-      return 2;
+      code = 2;
     } catch (const sluice::Error& e) {
       std::fprintf(stderr, "sluice %s: error: %s\n", c.name, e.what());
-      return 1;
+      code = 1;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "sluice %s: unexpected error: %s\n", c.name, e.what());
-      return 1;
+      code = 1;
     }
+    if (code != 0) sluice::cli::pipeline_abort(code);
+    sluice::cli::pipeline_stop();
+    return code;
   }
   std::fprintf(stderr, "sluice: unknown command '%s'\n\n", argv[1]);
   usage();

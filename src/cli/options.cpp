@@ -61,6 +61,9 @@ void add_model_flags(CLI::App& app, ModelFlags& f) {
   app.add_flag("--no-mlock", f.no_mlock, "do not lock the expert cache in memory");
   app.add_flag("--debug", f.debug, "log every expert hit and miss");
   add_kv_type_flags(app, f.cache_type_k, f.cache_type_v);
+  app.add_option("--stages", f.stages, "pipeline (mpirun -np N): each stage's layers, e.g. 0:8,8:16 (default: planned)");
+  app.add_option("--stage-timeout", f.stage_timeout, "pipeline: seconds to wait for a neighbouring stage before failing")
+      ->check(CLI::Range(0.1, 1e6))->capture_default_str();
 }
 
 void add_kv_type_flags(CLI::App& app, std::string& type_k, std::string& type_v) {

@@ -21,6 +21,8 @@ struct ModelFlags {
   bool streaming = false, cold = false, no_prefetch = false, no_mlock = false, debug = false;
   int64_t preload = -1;
   std::string cache_type_k = "f32", cache_type_v = "f32";  // -ctk / -ctv
+  std::string stages;          // --stages A:B,C:D (pipeline)
+  double stage_timeout = 60;   // --stage-timeout seconds
 };
 
 // Adds -m/--model (defaulting to the embedded model), -t, -c, --experts and the streaming flags

@@ -32,6 +32,12 @@ struct MemoryFacts {
   uint64_t kv_fixed_bytes = 0;      // one sequence whatever its length (deepseek4 rings and states)
 };
 
+// The layers [begin, end) a pipeline stage runs; end −1: through the last layer.
+struct LayerSpan {
+  int begin = 0;
+  int end = -1;
+};
+
 struct MemoryBudget {
   uint64_t bytes = 0;
   bool hard = true;    // a limit that is ours to fill (95 %); false: MemAvailable, shared (80 %)

@@ -26,14 +26,36 @@ void Model::load_embedding_and_head(const gguf::File& file) {
   if (!output_) output_ = token_embd_;
 }
 
+void Model::set_layer_range(int begin, int end) {
+  if (end < 0) end = hp_.n_layer;
+  if (begin < 0 || begin >= end || end > hp_.n_layer)
+    fail("layer range {}:{} is not a non-empty range within 0:{}", begin, end, hp_.n_layer);
+  if ((begin > 0 || end < hp_.n_layer) && residual_streams() != 1)
+    fail("architecture '{}' cannot be split into pipeline stages (its residual stream is {} vectors per token)",
+         hp_.arch, residual_streams());
+  layer_begin_ = begin;
+  layer_end_ = end;
+  // The expert stores see only this stage's layers, so neither a warm-start preload nor a
+  // prefetch brings another stage's experts into this stage's memory.
+  for (int il = 0; il < static_cast<int>(expert_layout_.layers.size()); ++il)
+    if (il < begin || il >= end) expert_layout_.layers[il] = ExpertLayerTensors{};
+}
+
 std::unique_ptr<KvCache> Model::make_kv_cache(int n_ctx, const KvCacheConfig& config) const {
+  // Layers of other pipeline stages keep no K/V here (no heads).
   std::vector<KvLayerShape> layers(hp_.n_layer);
-  for (int il = 0; il < hp_.n_layer; ++il) layers[il] = kv_layer(il);
+  for (int il = layer_begin(); il < layer_end(); ++il) layers[il] = kv_layer(il);
   return std::make_unique<KvCache>(std::move(layers), n_ctx, config);
 }
 
 void Model::forward(ThreadPool& pool, const Batch& batch, KvCache& kv, ExpertStore& experts,
                     std::vector<float>& logits, const ActivationHook* hook) {
+  std::vector<float> x;
+  forward_stage(pool, batch, kv, experts, x, logits, hook);
+}
+
+void Model::forward_stage(ThreadPool& pool, const Batch& batch, KvCache& kv, ExpertStore& experts,
+                          std::vector<float>& x, std::vector<float>& logits, const ActivationHook* hook) {
   const int64_t n_tok = batch.size();
   const int64_t n_embd = hp_.n_embd;
   if (n_tok == 0) fail("empty batch");
@@ -50,23 +72,32 @@ void Model::forward(ThreadPool& pool, const Batch& batch, KvCache& kv, ExpertSto
 
   const int64_t n_streams = residual_streams();
   const int64_t width = n_streams * n_embd;
-  std::vector<float> x(n_tok * width);
-  const uint64_t row = token_embd_.row_bytes();
-  for (int64_t t = 0; t < n_tok; ++t) {
-    float* xt = x.data() + t * width;
-    dequantize_row(token_embd_.type, token_embd_.data + row * batch.tokens[t], xt, n_embd);
-    for (int64_t s = 1; s < n_streams; ++s) std::copy_n(xt, n_embd, xt + s * n_embd);
+  ForwardContext ctx{pool, batch, kv, experts, n_tok, hook};
+  if (first_stage()) {
+    x.assign(n_tok * width, 0.0f);
+    const uint64_t row = token_embd_.row_bytes();
+    for (int64_t t = 0; t < n_tok; ++t) {
+      float* xt = x.data() + t * width;
+      dequantize_row(token_embd_.type, token_embd_.data + row * batch.tokens[t], xt, n_embd);
+      for (int64_t s = 1; s < n_streams; ++s) std::copy_n(xt, n_embd, xt + s * n_embd);
+    }
+    if (n_streams == 1) ctx.dump("inp_embd", -1, x.data(), n_embd);
+  } else if (static_cast<int64_t>(x.size()) != n_tok * width) {
+    fail("hidden state of {} floats for layers {}:{}, expected {} tokens × {} = {}", x.size(), layer_begin(),
+         layer_end(), n_tok, width, n_tok * width);
   }
 
-  ForwardContext ctx{pool, batch, kv, experts, n_tok, hook};
-  if (n_streams == 1) ctx.dump("inp_embd", -1, x.data(), n_embd);
   begin_forward(ctx);
-  for (int il = 0; il < hp_.n_layer; ++il) {
+  for (int il = layer_begin(); il < layer_end(); ++il) {
     layer(ctx, il, x.data());
     ctx.issue_lookahead();
     if (n_streams == 1) ctx.dump("l_out", il, x.data(), n_embd);
   }
   for (const auto& [s, end] : seq_end) kv.set_length(s, std::max(kv.length(s), end));
+  if (!last_stage()) {
+    logits.clear();
+    return;
+  }
 
   std::vector<float> picked, rows;
   for (int64_t t = 0; t < n_tok; ++t)
@@ -88,7 +119,8 @@ void Model::set_lookahead(int il, const Tensor& norm, const Tensor& gate_inp, co
 
 void Model::prefetch_next(ForwardContext& ctx, int il, const float* x) {
   const int next = il + 1;
-  if (!prefetch_ || next >= static_cast<int>(lookahead_.size()) || !lookahead_[next].gate_inp) return;
+  // The next stage's layers are streamed by that stage's own store.
+  if (!prefetch_ || next >= layer_end() || next >= static_cast<int>(lookahead_.size()) || !lookahead_[next].gate_inp) return;
   const LookaheadRouter& r = lookahead_[next];
   const int64_t n_embd = hp_.n_embd;
   const int n_exp = static_cast<int>(r.gate_inp.ne[1]);

@@ -80,6 +80,16 @@ class Model {
   // current hidden state and let the store start reading them.
   void set_prefetch(bool on) { prefetch_ = on; }
 
+  // Pipeline stage: this model runs only layers [begin, end) (end −1: the last layer). The first
+  // stage embeds tokens, the last applies the output head; a stage's KV cache and expert layout
+  // hold only its own layers. Call before building the expert store. Throws naming the range when it is empty or outside 0..n_layer.
+  void set_layer_range(int begin, int end);
+  int layer_begin() const { return layer_begin_; }
+  int layer_end() const { return layer_end_ < 0 ? hp_.n_layer : layer_end_; }
+  bool first_stage() const { return layer_begin_ == 0; }
+  bool last_stage() const { return layer_end() == hp_.n_layer; }
+
+
   // The KV cache of this model for sequences of up to n_ctx positions (config: stored types and
   // the step bound that lets windowed layers keep a ring; kv/kv_cache.h).
   virtual std::unique_ptr<KvCache> make_kv_cache(int n_ctx, const KvCacheConfig& config = {}) const;
@@ -88,6 +98,14 @@ class Model {
   // `logits` (resized).
   void forward(ThreadPool& pool, const Batch& batch, KvCache& kv, ExpertStore& experts, std::vector<float>& logits,
                const ActivationHook* hook = nullptr);
+  // One stage of the forward pass. `hidden` is the residual stream between stages, fp32
+  // (n_tok × residual_streams() × n_embd): the first stage fills it from the embedding, later
+  // stages take it as the previous stage left it; every stage leaves its own output there. The
+  // last stage writes logits as forward() does; other stages clear `logits`. With the whole layer
+  // range, forward_stage and forward give the same logits bit for bit.
+  void forward_stage(ThreadPool& pool, const Batch& batch, KvCache& kv, ExpertStore& experts,
+                     std::vector<float>& hidden, std::vector<float>& logits, const ActivationHook* hook = nullptr);
+  int64_t hidden_width() const { return static_cast<int64_t>(residual_streams()) * hp_.n_embd; }
 
  protected:
   explicit Model(HParams hp) : hp_(std::move(hp)) {}
@@ -123,6 +141,8 @@ class Model {
   ExpertLayout expert_layout_;
   std::vector<LookaheadRouter> lookahead_;  // per layer; empty tensors for dense layers
   bool prefetch_ = false;
+  int layer_begin_ = 0;
+  int layer_end_ = -1;  // −1: n_layer
 };
 
 // Loads the architecture named by general.architecture; throws naming unsupported ones.

@@ -203,16 +203,28 @@ std::string suggested_flags(const MemoryFacts& facts, const MemoryPlan& plan) {
   return "--experts stream --ssd-streaming-cache-experts " + format_flag_size(plan.cache_bytes);
 }
 
-MemoryFacts memory_facts(const gguf::File& file, const KvCacheConfig& config, int64_t n_ctx) {
+bool stage_reads_tensor(const gguf::File& file, const std::string& name, LayerSpan span, int n_layer) {
+  const int end = span.end < 0 ? n_layer : span.end;
+  if (const std::optional<int> layer = layer_of(name)) return *layer >= span.begin && *layer < end;
+  const bool first = span.begin == 0, last = end >= n_layer;
+  if (name == "token_embd.weight") return first || (last && !file.find_tensor("output.weight"));
+  if (name.starts_with("output")) return last;
+  return true;
+}
+
+MemoryFacts memory_facts(const gguf::File& file, const KvCacheConfig& config, int64_t n_ctx, LayerSpan span) {
   const ModelSummary m = read_model_summary(file);
   int first_mtp = -1;
   if (m.n_layer && m.n_mtp_layers && *m.n_mtp_layers > 0)
     first_mtp = static_cast<int>(std::clamp<int64_t>(*m.n_layer - *m.n_mtp_layers, 0, INT32_MAX));
+  const int n_forward = first_mtp >= 0 ? first_mtp : static_cast<int>(std::clamp<int64_t>(m.n_layer.value_or(0), 0, INT32_MAX));
+  const bool whole = span.begin == 0 && (span.end < 0 || span.end >= n_forward);
   MemoryFacts f;
   std::map<int, uint64_t> expert_bytes;  // layer → one expert's bytes
   for (const auto& t : file.tensors()) {
     const std::optional<int> layer = layer_of(t.name);
     if (layer && first_mtp >= 0 && *layer >= first_mtp) continue;  // never read by the forward pass
+    if (!whole && !stage_reads_tensor(file, t.name, span, n_forward)) continue;
     if (classify_tensor(t.name, first_mtp) != TensorClass::RoutedExpert) {
       f.resident_bytes = sat_add(f.resident_bytes, t.nbytes);
       continue;
@@ -226,6 +238,13 @@ MemoryFacts memory_facts(const gguf::File& file, const KvCacheConfig& config, in
   const KvEstimate kv = estimate_kv(m, n_ctx, config);
   f.kv_bytes_per_token = kv.bytes_per_token;
   f.kv_fixed_bytes = kv.fixed_bytes;
+  if (!whole && kv.n_layer > 0) {
+    // A stage's share of the layers (splittable architectures have the same K/V width per layer
+    // or nearly so; the engine plans with its own cache's exact size).
+    const int64_t n = std::max(0, (span.end < 0 ? n_forward : std::min(span.end, n_forward)) - span.begin);
+    f.kv_bytes_per_token = f.kv_bytes_per_token / static_cast<uint64_t>(kv.n_layer) * static_cast<uint64_t>(n);
+    f.kv_fixed_bytes = f.kv_fixed_bytes / static_cast<uint64_t>(kv.n_layer) * static_cast<uint64_t>(n);
+  }
   return f;
 }
 

@@ -116,13 +116,18 @@ KvEstimate estimate_kv(const ModelSummary& m, int64_t ctx, const KvCacheConfig& 
 Verdict make_verdict(uint64_t ram, uint64_t resident, uint64_t kv, uint64_t routed, uint64_t reserved = 0);
 // The flags that make `run` place experts as `plan` does; empty without routed experts.
 std::string suggested_flags(const MemoryFacts& facts, const MemoryPlan& plan);
+// Whether a stage running `span` of a model with `n_layer` forward layers reads tensor `name`:
+// its layers' tensors; token_embd on the first stage (and on the last when the output head is
+// tied to it); output and output_norm on the last; any other global tensor on every stage.
+bool stage_reads_tensor(const gguf::File& file, const std::string& name, LayerSpan span, int n_layer);
 // The planner's inputs from a model file, counted as the engine counts them: routed expert
 // weights of the forward pass's layers; resident is every other tensor of those layers and the
 // globals (nextn/MTP blocks are never read). Routed expert biases (gpt-oss) are in neither.
 // kv_bytes_per_token is inspect's estimate, which equals the engine's cache (tested per preset).
 // With `config` and n_ctx the KV counts are the cache Engine::load makes (rings depend on both);
-// the defaults give a full-length f32 cache.
-MemoryFacts memory_facts(const gguf::File& file, const KvCacheConfig& config = {}, int64_t n_ctx = 1);
+// the defaults give a full-length f32 cache. With a `span`, only what that pipeline stage reads
+// (stage_reads_tensor) and its share of the layers' KV.
+MemoryFacts memory_facts(const gguf::File& file, const KvCacheConfig& config = {}, int64_t n_ctx = 1, LayerSpan span = {});
 // A byte count as a flag value that parse_byte_size reads back, rounded down by under 1 %
 // ("11.5GiB", "1945KiB").
 std::string format_flag_size(uint64_t bytes);

@@ -40,6 +40,8 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& o) {
   impl->options = o;
   impl->file = gguf::File::open(o.model_path);
   impl->model = load_model(*impl->file);
+  impl->model->set_layer_range(o.layer_begin, o.layer_end);
+  impl->link = o.link;
   impl->tokenizer = Tokenizer::from_gguf(*impl->file);
   impl->pool = std::make_unique<ThreadPool>(o.n_threads > 0 ? o.n_threads : default_thread_count());
   if (o.kv_slots < 1) fail("kv_slots {}: expected at least 1 sequence", o.kv_slots);
@@ -81,6 +83,12 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& o) {
   mi.n_ctx = impl->n_ctx;
   mi.kv_bytes = plan.memory.kv_bytes;
   mi.memlock_limit = read_meminfo().memlock_limit.value_or(0);
+  mi.layer_begin = impl->model->layer_begin();
+  mi.layer_end = impl->model->layer_end();
+  if (impl->link) {
+    mi.stage = impl->link->stage();
+    mi.n_stages = impl->link->n_stages();
+  }
   impl->load_seconds = timer.seconds();
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
@@ -102,6 +110,30 @@ std::string Engine::detokenize(std::span<const int32_t> tokens) const {
 }
 
 bool Engine::is_eog(int32_t token) const { return impl_->tokenizer->is_eog(token); }
+
+int32_t Engine::share_token(int32_t token) { return impl_->link ? impl_->link->share_token(token) : token; }
+
+void engine_forward(Engine::Impl& e, const Batch& batch, KvCache& kv, std::vector<float>& logits) {
+  Model& m = *e.model;
+  if (!e.link) return m.forward(*e.pool, batch, kv, *e.experts, logits);
+  std::vector<float> hidden;
+  if (!m.first_stage()) {
+    hidden.resize(batch.size() * m.hidden_width());
+    e.link->recv_hidden(hidden);
+  }
+  m.forward_stage(*e.pool, batch, kv, *e.experts, hidden, logits);
+  if (!m.last_stage()) e.link->send_hidden(hidden);
+}
+
+Generation::Sampled next_token(Engine::Impl& e, Generation& gen, std::span<const float> logits) {
+  if (!e.link) return gen.sample(logits);
+  if (e.link->last()) {
+    Generation::Sampled s = gen.sample(logits);
+    e.link->share_token(s.token);
+    return s;
+  }
+  return gen.accept(e.link->share_token(-1));
+}
 
 ExpertStats Engine::expert_stats() const {
   ExpertStoreStats s = impl_->experts->stats();
@@ -128,14 +160,16 @@ struct Session::Impl {
       b.clear();
       for (int i = start; i < end; ++i) b.add(toks[i], i, 0, all != nullptr || i == end - 1);
       try {
-        m.forward(*engine->pool, b, *kv, *engine->experts, out);
+        engine_forward(*engine, b, *kv, out);
       } catch (...) {
         // The cache holds only fully evaluated steps; forget the rest so the session stays usable.
         tokens.resize(kv->length(0));
         throw;
       }
       if (all) all->insert(all->end(), out.begin(), out.end());
-      logits.assign(out.end() - n_vocab, out.end());
+      // Only the last pipeline stage has logits.
+      if (out.empty()) logits.clear();
+      else logits.assign(out.end() - n_vocab, out.end());
     }
   }
 };
@@ -235,7 +269,7 @@ GenerateResult Session::generate(std::span<const int32_t> prompt, const Generate
   Generation gen(*s.engine->tokenizer, o, prompt, s.reused);
   t.reset();
   while (!gen.limit_reached(static_cast<int>(s.tokens.size()), s.kv->n_ctx())) {
-    const Generation::Sampled next = gen.sample(s.logits);
+    const Generation::Sampled next = next_token(*s.engine, gen, s.logits);
     if (next.emitted && on_token && !on_token(next.token, next.text)) gen.cancel();
     if (gen.finished()) break;
     s.tokens.push_back(next.token);

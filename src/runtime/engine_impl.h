@@ -11,6 +11,7 @@
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "runtime/request.h"
+#include "runtime/stage_link.h"
 #include "sluice/sluice.h"
 #include "tokenizer/tokenizer.h"
 
@@ -28,6 +29,7 @@ struct Engine::Impl {
   std::unique_ptr<ExpertStore> experts;
   std::atomic<bool> experts_busy{false};
   ModelInfo info;
+  std::shared_ptr<StageLink> link;  // pipeline stages; null: the whole model here
   int n_ctx = 0;  // per-session context
   KvCacheConfig kv_config;  // stored types and the step bound (engine_kv_config)
   std::unique_ptr<KvCache> make_kv_cache(int ctx) const { return model->make_kv_cache(ctx, kv_config); }
@@ -39,6 +41,15 @@ struct Engine::Impl {
 };
 
 Engine::Impl& engine_impl(Engine& engine);
+
+// One forward step of the engine's model: the whole model, or this pipeline stage's layers with
+// the hidden state received from the previous stage and sent to the next. `logits` is left empty
+// on every stage but the last.
+void engine_forward(Engine::Impl& engine, const Batch& batch, KvCache& kv, std::vector<float>& logits);
+
+// The next token of a generation: sampled from `logits` on the last stage (or without a
+// pipeline), received from the last stage everywhere else; both then account it the same way.
+Generation::Sampled next_token(Engine::Impl& engine, Generation& gen, std::span<const float> logits);
 
 // Exclusive use of an engine's expert store and pool for a scope; throws sluice::Error naming
 // `user` when another user holds them.

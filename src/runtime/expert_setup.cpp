@@ -7,6 +7,8 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 
+#include <fmt/format.h>
+
 #include <cstdlib>
 #include <filesystem>
 
@@ -59,7 +61,7 @@ std::string heat_profile_path(const std::string& model_path, uint64_t file_size)
 
 ExpertPlan plan_experts(const gguf::File& file, const EngineOptions& o, const KvCache& kv, int n_ctx) {
   ExpertPlan p;
-  p.facts = memory_facts(file);
+  p.facts = memory_facts(file, engine_kv_config(o.kv_type_k, o.kv_type_v), n_ctx, LayerSpan{o.layer_begin, o.layer_end});
   // The engine's own cache, not the estimate: per position plus what a sequence holds whatever its
   // length (deepseek4's rings and compressor states).
   p.facts.kv_bytes_per_token = kv.bytes_per_position();
@@ -84,9 +86,12 @@ std::unique_ptr<ExpertStore> make_expert_store(const gguf::File& file, const Mod
                                                const ExpertPlan& plan) {
   // Resident weights are read on every token: fault them in now rather than during the first
   // tokens (and, in ram mode, the routed experts too — that is what ram means).
+  // A pipeline stage touches only the tensors of its own layers (and the globals it reads).
   const bool ram = plan.memory.placement == Placement::kRam;
+  const LayerSpan span{model.layer_begin(), model.layer_end()};
   for (const auto& t : file.tensors())
-    if (!unused_mtp(t.name, model) && (ram || classify_tensor(t.name) != TensorClass::RoutedExpert))
+    if (!unused_mtp(t.name, model) && stage_reads_tensor(file, t.name, span, model.hparams().n_layer) &&
+        (ram || classify_tensor(t.name) != TensorClass::RoutedExpert))
       populate(t.data, t.nbytes);
   if (plan.memory.placement != Placement::kStream) return make_in_place_store(model.expert_layout(), placement_name(plan.memory.placement));
   StreamOptions so;
@@ -97,6 +102,9 @@ std::unique_ptr<ExpertStore> make_expert_store(const gguf::File& file, const Mod
   so.lock_memory = o.lock_memory;
   so.debug = o.debug;
   so.heat_path = heat_profile_path(o.model_path, file.total_size());
+  // Stages on one host keep separate heat profiles (each records only its own layers).
+  if (!so.heat_path.empty() && (span.begin > 0 || span.end < model.hparams().n_layer))
+    so.heat_path += fmt::format(".layers{}-{}", span.begin, span.end);
   std::vector<std::string> parts;
   for (size_t i = 0; i < file.n_parts(); ++i) parts.push_back(file.part_path(i));
   return make_stream_store(model.expert_layout(), expert_file_map(model.expert_layout(), model.hparams().n_layer, parts), so,

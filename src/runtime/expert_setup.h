@@ -20,8 +20,9 @@ struct ExpertPlan {
   MemoryPlan memory;   // placement, cache size and why
 };
 
-// Reads the budget (--mem-limit, else the system) and runs the memory planner; throws
-// sluice::Error with the planner's reason when the budget cannot hold the fixed costs.
+// Reads the budget (--mem-limit, else the system) and runs the memory planner for the layers of
+// o.layer_begin..o.layer_end (a pipeline stage plans only its own); throws sluice::Error with the
+// planner's reason when the budget cannot hold the fixed costs.
 ExpertPlan plan_experts(const gguf::File& file, const EngineOptions& o, const KvCache& kv, int n_ctx);
 std::unique_ptr<ExpertStore> make_expert_store(const gguf::File& file, const Model& model, const EngineOptions& o,
                                                const ExpertPlan& plan);

@@ -40,9 +40,11 @@ bool Generation::limit_reached(int n_used, int n_ctx) {
   return finished_;
 }
 
-Generation::Sampled Generation::sample(std::span<const float> logits) {
+Generation::Sampled Generation::sample(std::span<const float> logits) { return accept(sampler_.sample(logits)); }
+
+Generation::Sampled Generation::accept(int32_t token) {
   Sampled s;
-  s.token = sampler_.sample(logits);
+  s.token = token;
   sampler_.accept(s.token);
   result_.tokens.push_back(s.token);
   if (options_.stop_at_eog && tokenizer_.is_eog(s.token)) {

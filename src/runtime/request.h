@@ -57,6 +57,9 @@ class Generation {
   };
   // Samples the next token; finishes on end of generation, a stop string or max_tokens.
   Sampled sample(std::span<const float> logits);
+  // Takes `token` as the next one, chosen elsewhere (the last pipeline stage sampled it): the
+  // same accounting as sample() without the sampling.
+  Sampled accept(int32_t token);
   // The caller stops the request (client gone, callback refused, timeout).
   void cancel();
 

@@ -1,0 +1,223 @@
+// Pipeline glue (see pipeline.h). The MPI parts compile only in an MPI build (SLUICE_HAVE_MPI).
+#include "cli/pipeline.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <memory>
+#include <sstream>
+
+#include "core/disk_probe.h"
+#include "core/error.h"
+#include "core/meminfo.h"
+#include "core/units.h"
+#include "gguf/gguf.h"
+#include "model/model.h"
+#include "model/sizing.h"
+#ifdef SLUICE_HAVE_MPI
+#include "mpi/mpi_world.h"
+#endif
+
+namespace sluice::cli {
+
+namespace {
+
+#ifdef SLUICE_HAVE_MPI
+std::unique_ptr<MpiWorld>& world() {
+  static std::unique_ptr<MpiWorld> w;
+  return w;
+}
+#endif
+
+HostFacts this_host(const ModelFlags& f, const EngineOptions& o) {
+  HostFacts h;
+  char name[256] = {};
+  gethostname(name, sizeof name - 1);
+  h.host = name;
+  h.budget =
+      memory_budget(o.mem_limit > 0 ? MemInfo{} : read_meminfo(), o.mem_limit, "--mem-limit");
+  // The rate at which this host's disk serves expert-sized random reads (a short probe).
+  const MemoryFacts facts = memory_facts(*gguf::File::open(f.model));
+  if (facts.routed_bytes > 0 && o.experts != ExpertMode::kRam) {
+    try {
+      h.disk_bytes_per_second =
+          probe_disk(f.model, 0.2, std::max<uint64_t>(facts.expert_bytes, 4096), 2)
+              .bytes_per_second;
+    } catch (const Error&) {
+      h.disk_bytes_per_second = 0;
+    }
+  }
+  return h;
+}
+
+#ifdef SLUICE_HAVE_MPI
+std::string encode(const HostFacts& h) {
+  return fmt::format("{}\n{}\n{}\n{}\n{}", h.host, h.budget.bytes, h.budget.hard ? 1 : 0,
+                     h.disk_bytes_per_second, h.budget.source);
+}
+
+HostFacts decode(const std::string& s) {
+  std::istringstream in(s);
+  HostFacts h;
+  int hard = 0;
+  std::getline(in, h.host);
+  in >> h.budget.bytes >> hard >> h.disk_bytes_per_second;
+  in.ignore();
+  std::getline(in, h.budget.source);
+  h.budget.hard = hard != 0;
+  return h;
+}
+#endif
+
+}  // namespace
+
+void pipeline_start(int* argc, char*** argv, const char* command) {
+#ifdef SLUICE_HAVE_MPI
+  world() = MpiWorld::start(argc, argv);
+  const std::string c = command;
+  if (world() && c != "run" && c != "logits" && c != "bench" && c != "inspect")
+    fail(
+        "'{}' does not run as a pipeline of {} processes (run, logits, bench and inspect do); "
+        "start it without mpirun",
+        c, world()->size());
+#else
+  (void)argc;
+  (void)argv;
+  (void)command;
+#endif
+}
+
+void print_pipeline_traffic(const EngineOptions& o, int n_tokens) {
+  if (!o.link) return;
+  const StageLink::Traffic t = o.link->traffic();
+  const double per_token =
+      static_cast<double>(t.bytes_sent + t.bytes_received) / std::max(n_tokens, 1);
+  fmt::print(stderr,
+             "pipeline {}: sent {} received {} in {} messages ({:.1f} KB/token), {:.3f} ms/token "
+             "receiving, {:.3f} "
+             "ms/token waiting for neighbours\n",
+             o.link->describe(o.link->stage()), format_bytes(t.bytes_sent),
+             format_bytes(t.bytes_received), t.messages, per_token / 1e3,
+             t.transfer_seconds * 1e3 / std::max(n_tokens, 1),
+             t.wait_seconds * 1e3 / std::max(n_tokens, 1));
+}
+
+void pipeline_stop() {
+#ifdef SLUICE_HAVE_MPI
+  world().reset();
+#endif
+}
+
+void pipeline_abort(int code) {
+#ifdef SLUICE_HAVE_MPI
+  if (world()) world()->abort(code);
+#else
+  (void)code;
+#endif
+}
+
+int pipeline_rank() {
+#ifdef SLUICE_HAVE_MPI
+  if (world()) return world()->rank();
+#endif
+  return 0;
+}
+
+int pipeline_size() {
+#ifdef SLUICE_HAVE_MPI
+  if (world()) return world()->size();
+#endif
+  return 1;
+}
+
+void pipeline_output_from(int rank) {
+  if (pipeline_size() == 1 || pipeline_rank() == rank) return;
+  const int null = open("/dev/null", O_WRONLY);
+  if (null >= 0) {
+    std::fflush(stdout);
+    dup2(null, STDOUT_FILENO);
+    close(null);
+  }
+}
+
+std::vector<HostFacts> pipeline_hosts(const ModelFlags& f, int n) {
+  const HostFacts mine = this_host(f, engine_options(f));
+#ifdef SLUICE_HAVE_MPI
+  if (world()) {
+    if (n != world()->size())
+      fail("--plan {}: this job has {} MPI processes; plan for that many", n, world()->size());
+    std::vector<HostFacts> out;
+    for (const std::string& s : world()->all_gather(encode(mine))) out.push_back(decode(s));
+    return out;
+  }
+#endif
+  return std::vector<HostFacts>(n, mine);
+}
+
+PipelinePlan pipeline_plan(const ModelFlags& f, const std::vector<HostFacts>& hosts) {
+  const EngineOptions o = engine_options(f);
+  auto file = gguf::File::open(f.model);
+  const HParams hp = load_model(*file)->hparams();
+  PlanRequest req;
+  req.n_ctx = f.ctx > 0 ? f.ctx : hp.n_ctx_train > 0 ? std::min(4096, hp.n_ctx_train) : 4096;
+  req.n_slots = o.kv_slots;
+  req.cache_bytes = o.cache_bytes;
+  switch (o.experts) {
+    case ExpertMode::kAuto:
+      break;
+    case ExpertMode::kRam:
+      req.forced = Placement::kRam;
+      break;
+    case ExpertMode::kMmap:
+      req.forced = Placement::kMmap;
+      break;
+    case ExpertMode::kStream:
+      req.forced = Placement::kStream;
+      break;
+  }
+  const KvCacheConfig kv = engine_kv_config(o.kv_type_k, o.kv_type_v);
+  auto facts_for = [&](LayerSpan s) { return memory_facts(*file, kv, req.n_ctx, s); };
+  const int n = static_cast<int>(hosts.size());
+  if (!f.stages.empty())
+    return evaluate_pipeline(facts_for, parse_stages(f.stages, hp.n_layer, n), hosts, req);
+  return plan_pipeline(facts_for, hp.n_layer, hosts, req);
+}
+
+void apply_pipeline(const ModelFlags& f, EngineOptions& o) {
+#ifdef SLUICE_HAVE_MPI
+  if (!world()) {
+    if (!f.stages.empty())
+      fail("--stages needs an MPI job of several processes (mpirun -np N sluice …)");
+    return;
+  }
+  const std::vector<HostFacts> hosts = pipeline_hosts(f, world()->size());
+  const PipelinePlan plan = pipeline_plan(f, hosts);
+  if (!plan.ok) fail("pipeline placement: {}", plan.reason);
+  std::vector<LayerSpan> spans;
+  for (const StagePlan& s : plan.stages) spans.push_back(s.span);
+  const int r = world()->rank();
+  if (r == 0) {
+    fmt::print(stderr, "pipeline: {} stages; {}\n", spans.size(), plan.reason);
+    for (size_t i = 0; i < spans.size(); ++i)
+      fmt::print(stderr,
+                 "  stage {}: rank {} on {}, layers {}:{}, budget {} ({}), experts {}, est. {:.2f} "
+                 "ms/token\n",
+                 i, i, hosts[i].host, spans[i].begin, spans[i].end,
+                 format_bytes(hosts[i].budget.bytes), hosts[i].budget.source,
+                 placement_name(plan.stages[i].memory.placement),
+                 plan.stages[i].seconds_per_token * 1e3);
+  }
+  o.layer_begin = spans[r].begin;
+  o.layer_end = spans[r].end;
+  o.link = world()->link(spans, f.stage_timeout);
+#else
+  (void)o;
+  if (!f.stages.empty())
+    fail(
+        "--stages needs a build with MPI (cmake -DSLUICE_MPI=ON with Open MPI or MPICH installed)");
+#endif
+}
+
+}  // namespace sluice::cli

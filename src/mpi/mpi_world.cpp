@@ -1,0 +1,196 @@
+// MpiWorld and the MPI stage link. Every wait polls (MPI_Iprobe / MPI_Test with a short sleep)
+// against a deadline instead of blocking in MPI_Recv: a dead or stuck stage becomes an error
+// naming it, and ranks that outnumber the cores do not spin against each other.
+#include "mpi/mpi_world.h"
+
+#include <fmt/format.h>
+#include <mpi.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
+#include "core/error.h"
+
+namespace sluice {
+
+namespace {
+
+constexpr int kTagHidden = 1;
+constexpr int kTagToken = 2;
+
+// Sleep between polls: short enough to add little latency per step, long enough to leave the
+// core to a stage that is computing on it.
+constexpr auto kPoll = std::chrono::microseconds(50);
+
+int env_int(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : 0;
+}
+
+class MpiStageLink final : public StageLink {
+ public:
+  MpiStageLink(int rank, std::vector<std::string> hosts, std::vector<LayerSpan> spans,
+               double timeout)
+      : rank_(rank), hosts_(std::move(hosts)), spans_(std::move(spans)), timeout_(timeout) {}
+
+  int stage() const override { return rank_; }
+  int n_stages() const override { return static_cast<int>(hosts_.size()); }
+
+  std::string describe(int s) const override {
+    return fmt::format("stage {} (rank {} on {}, layers {}:{})", s, s, hosts_[s], spans_[s].begin,
+                       spans_[s].end);
+  }
+
+  Traffic traffic() const override { return traffic_; }
+
+  void send_hidden(std::span<const float> hidden) override {
+    traffic_.bytes_sent += hidden.size_bytes();
+    ++traffic_.messages;
+    MPI_Request req;
+    MPI_Isend(hidden.data(), static_cast<int>(hidden.size()), MPI_FLOAT, rank_ + 1, kTagHidden,
+              MPI_COMM_WORLD, &req);
+    wait_sent(&req, rank_ + 1, "a hidden state");
+  }
+
+  void recv_hidden(std::span<float> hidden) override {
+    const int from = rank_ - 1;
+    MPI_Status st = probe(from, kTagHidden, "a hidden state");
+    int count = 0;
+    MPI_Get_count(&st, MPI_FLOAT, &count);
+    if (count != static_cast<int>(hidden.size()))
+      fail("{} sent a hidden state of {} floats, {} expected {}: the stages disagree on the batch",
+           describe(from), count, describe(rank_), hidden.size());
+    const auto t0 = Clock::now();
+    MPI_Recv(hidden.data(), count, MPI_FLOAT, from, kTagHidden, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    traffic_.transfer_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+    traffic_.bytes_received += hidden.size_bytes();
+    ++traffic_.messages;
+  }
+
+  int32_t share_token(int32_t token) override {
+    const int last_rank = n_stages() - 1;
+    if (rank_ == last_rank) {
+      std::vector<MPI_Request> reqs(last_rank);
+      for (int r = 0; r < last_rank; ++r)
+        MPI_Isend(&token, 1, MPI_INT32_T, r, kTagToken, MPI_COMM_WORLD, &reqs[r]);
+      traffic_.bytes_sent += sizeof token * last_rank;
+      traffic_.messages += last_rank;
+      for (int r = 0; r < last_rank; ++r) wait_sent(&reqs[r], r, "a token id");
+      return token;
+    }
+    probe(last_rank, kTagToken, "a token id");
+    int32_t got = -1;
+    MPI_Recv(&got, 1, MPI_INT32_T, last_rank, kTagToken, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    traffic_.bytes_received += sizeof got;
+    ++traffic_.messages;
+    return got;
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  [[noreturn]] void timed_out(int peer, const char* what, const char* verb) const {
+    fail(
+        "{} {} {} for {:.0f} s: it stopped responding (its process died, or its host is "
+        "unreachable or stuck); "
+        "{} gives up",
+        describe(peer), verb, what, timeout_, describe(rank_));
+  }
+
+  MPI_Status probe(int from, int tag, const char* what) {
+    const auto start = Clock::now();
+    const auto deadline = start + std::chrono::duration<double>(timeout_);
+    MPI_Status st;
+    for (;;) {
+      int flag = 0;
+      MPI_Iprobe(from, tag, MPI_COMM_WORLD, &flag, &st);
+      if (flag) {
+        traffic_.wait_seconds += std::chrono::duration<double>(Clock::now() - start).count();
+        return st;
+      }
+      if (Clock::now() > deadline) timed_out(from, what, "has not sent");
+      std::this_thread::sleep_for(kPoll);
+    }
+  }
+
+  void wait_sent(MPI_Request* req, int to, const char* what) const {
+    const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_);
+    for (;;) {
+      int flag = 0;
+      MPI_Test(req, &flag, MPI_STATUS_IGNORE);
+      if (flag) return;
+      if (Clock::now() > deadline) {
+        MPI_Cancel(req);
+        timed_out(to, what, "has not taken");
+      }
+      std::this_thread::sleep_for(kPoll);
+    }
+  }
+
+  int rank_;
+  std::vector<std::string> hosts_;
+  std::vector<LayerSpan> spans_;
+  double timeout_;
+  Traffic traffic_;
+};
+
+}  // namespace
+
+std::unique_ptr<MpiWorld> MpiWorld::start(int* argc, char*** argv) {
+  // Open MPI, MPICH (Hydra / PMI) and PMIx launchers each say the job's size in the environment.
+  const int size =
+      std::max({env_int("OMPI_COMM_WORLD_SIZE"), env_int("PMI_SIZE"), env_int("PMIX_SIZE")});
+  if (size <= 1) return nullptr;
+  int provided = 0;
+  MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+  int rank = 0, n = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  char name[MPI_MAX_PROCESSOR_NAME] = {};
+  int len = 0;
+  MPI_Get_processor_name(name, &len);
+  std::unique_ptr<MpiWorld> w(new MpiWorld(rank, n, std::string(name, len)));
+  w->hosts_ = w->all_gather(w->host_);
+  return w;
+}
+
+MpiWorld::MpiWorld(int rank, int size, std::string host)
+    : rank_(rank), size_(size), host_(std::move(host)) {}
+
+MpiWorld::~MpiWorld() {
+  MPI_Finalize();
+}
+
+std::vector<std::string> MpiWorld::all_gather(const std::string& mine) const {
+  int len = static_cast<int>(mine.size());
+  std::vector<int> lens(size_), offsets(size_);
+  MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  int total = 0;
+  for (int r = 0; r < size_; ++r) {
+    offsets[r] = total;
+    total += lens[r];
+  }
+  std::string all(total, '\0');
+  MPI_Allgatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), offsets.data(), MPI_CHAR,
+                 MPI_COMM_WORLD);
+  std::vector<std::string> out(size_);
+  for (int r = 0; r < size_; ++r) out[r] = all.substr(offsets[r], lens[r]);
+  return out;
+}
+
+std::shared_ptr<StageLink> MpiWorld::link(const std::vector<LayerSpan>& spans,
+                                          double timeout_seconds) {
+  if (static_cast<int>(spans.size()) != size_)
+    fail("{} stages for {} MPI ranks: expected one per rank", spans.size(), size_);
+  return std::make_shared<MpiStageLink>(rank_, hosts_, spans, timeout_seconds);
+}
+
+void MpiWorld::abort(int code) const {
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
+}
+
+}  // namespace sluice

@@ -1,0 +1,39 @@
+// The channel between the stages of a pipeline-parallel run (mpirun -np N): every stage runs the
+// same driver over the same tokens (SPMD), each on its own layers. What crosses between stages is
+// the fp32 hidden state, forward from stage s to s+1, and each sampled token id, from the last
+// stage (the only one with logits) to all others. Every receive has a deadline and fails with a
+// sluice::Error naming the stage (rank, host, layers) it waited for; no call blocks forever.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace sluice {
+
+class StageLink {
+ public:
+  virtual ~StageLink() = default;
+  virtual int stage() const = 0;
+  virtual int n_stages() const = 0;
+  bool first() const { return stage() == 0; }
+  bool last() const { return stage() == n_stages() - 1; }
+  // Hidden state of one forward step to the next stage.
+  virtual void send_hidden(std::span<const float> hidden) = 0;
+  // Hidden state of one forward step from the previous stage; its size must be hidden.size().
+  virtual void recv_hidden(std::span<float> hidden) = 0;
+  // The last stage passes the token it sampled and sends it to every other stage; the others pass
+  // anything and get that token back.
+  virtual int32_t share_token(int32_t token) = 0;
+  // "stage 1 (rank 1 on host-b, layers 8:16)", for messages.
+  virtual std::string describe(int stage) const = 0;
+  // What crossed the wire so far: bytes and messages sent and received, and the seconds spent
+  // in receives from probing the message to having it (the transfer, not the wait for it).
+  struct Traffic {
+    uint64_t bytes_sent = 0, bytes_received = 0, messages = 0;
+    double transfer_seconds = 0, wait_seconds = 0;  // wait: until a message was there to receive
+  };
+  virtual Traffic traffic() const = 0;
+};
+
+}  // namespace sluice
