@@ -16,6 +16,7 @@
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "model/sizing.h"
+#include "runtime/stage_link.h"
 #ifdef SLUICE_HAVE_MPI
 #include "mpi/mpi_world.h"
 #endif
