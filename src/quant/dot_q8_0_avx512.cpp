@@ -61,6 +61,7 @@ void q8_0_rows(int64_t n, const void* w, const std::byte* x, uint64_t x_stride, 
   int64_t i = 0;
   int k = 0;
   for (; i + 2 <= nb; i += 2, k ^= 1) {
+    prefetch_weights(a + i);
     const __m512i wv = load_pair(a + i);
     const __m512i wabs = _mm512_abs_epi8(wv);
     const __mmask64 wneg = _mm512_movepi8_mask(wv);
