@@ -138,6 +138,9 @@ GemmFn gemm_kernel(GgmlType weight);
 float vec_dot_q8_0(int64_t n, const void* w, const void* x);
 void vec_dot_q8_0_multi(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x,
                         float* out);
+float vec_dot_iq2_xxs(int64_t n, const void* w, const void* x);
+void vec_dot_iq2_xxs_multi(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x,
+                           float* out);
 }  // namespace avx512
 
 }  // namespace sluice
