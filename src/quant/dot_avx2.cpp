@@ -111,6 +111,7 @@ float vec_dot_f16(int64_t n, const void* w, const void* x) {
                    _mm256_setzero_ps()};
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
+    prefetch_weights(a + i);
     for (int k = 0; k < 4; ++k)
       acc[k] = _mm256_fmadd_ps(load(i + 8 * k), _mm256_loadu_ps(b + i + 8 * k), acc[k]);
   }
@@ -194,6 +195,7 @@ void legacy_rows(int64_t n, const void* w, const std::byte* x, uint64_t x_stride
     acc[t] = _mm256_setzero_ps();
   }
   for (int64_t i = 0; i < n / kQK; ++i) {
+    prefetch_weights(a + i);
     // maddubs needs an unsigned left operand, so the weight's sign moves onto the activation;
     // |w| <= 128 and |x| <= 127 keep each 16-bit pair sum below saturation. |w| is shared by
     // all rows.

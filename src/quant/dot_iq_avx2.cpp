@@ -66,6 +66,7 @@ void dot_signed_grid(int64_t n, const void* w, const void* x, uint64_t stride, f
   __m256 acc[NX];
   for (int r = 0; r < NX; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / kQKK; ++i) {
+    prefetch_weights(a + i);
     const BlockQ8K* b[NX];
     __m256i sum[NX];
     for (int r = 0; r < NX; ++r) {

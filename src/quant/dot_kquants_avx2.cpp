@@ -286,6 +286,7 @@ float vec_dot_q2_K(int64_t n, const void* w, const void* x) {
   __m256 acc = _mm256_setzero_ps();
   float acc_min = 0.0f;
   for (int64_t i = 0; i < n / kQKK; ++i) {
+    prefetch_weights(a + i);
     const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a[i].scales));
     const __m256i mins16 =
         _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0F)));

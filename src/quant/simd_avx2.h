@@ -15,6 +15,16 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+// Decode dots read each weight row once, straight from DRAM; the hardware prefetcher alone leaves a
+// core waiting on most lines. Prefetching this far ahead of the block being read cut the CPU time
+// of the Q8_0, IQ2_XXS and Q2_K single-row dots by about 40, 40 and 23 % on a 6-layer V4-Flash
+// cut-down (AVX-512 host, 2 threads). Results are unchanged: it only moves lines into cache.
+inline constexpr int kWeightPrefetchBytes = 2048;
+
+inline void prefetch_weights(const void* block) {
+  _mm_prefetch(static_cast<const char*>(block) + kWeightPrefetchBytes, _MM_HINT_T0);
+}
+
 inline float fp16_scalar(uint16_t h) {
   return _cvtsh_ss(h);
 }

@@ -146,6 +146,58 @@ TEST_P(VecDot, SimdMatchesScalar) {
   }
 }
 
+// The AVX-512 dots (Q8_0, IQ2_XXS; single and multi-row) against the scalar kernels: odd block
+// counts run the Q8_0 one-block tail, and Q8_0 rows of -128 weight bytes (|w| = 128 as an unsigned
+// byte) against ±127 activations run its extremes.
+TEST(VecDot, Avx512MatchesScalar) {
+  if (!cpu_has_avx512()) GTEST_SKIP() << "CPU lacks AVX-512 F/BW/VL/VNNI";
+  std::mt19937 rng(512);
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::IQ2_XXS}) {
+    const DotKernels s = dot_kernels(t, Isa::Scalar);
+    const DotKernels v = dot_kernels(t, Isa::Avx512);
+    ASSERT_NE(v.vec_dot, dot_kernels(t, Isa::Avx2).vec_dot) << type_name(t);
+    ASSERT_NE(v.vec_dot_multi, nullptr) << type_name(t);
+    const int64_t blk = type_traits(t).block_elems;
+    for (int64_t n : {blk, 3 * blk, 2048 / blk * blk, 4096 + blk}) {
+      const uint64_t stride = row_bytes(v.vec_dot_type, static_cast<uint64_t>(n)) + 48;
+      for (int rep = 0; rep < 4; ++rep) {
+        auto w = random_row(t, n, rng);
+        const bool extremes = t == GgmlType::Q8_0 && rep == 3;
+        if (extremes) {
+          for (int64_t b = 0; b < n / kQK; ++b)
+            std::memset(w.data() + b * sizeof(BlockQ8_0) + 2, 0x80, kQK);
+        }
+        std::vector<uint8_t> xq(stride * kMaxDotRows);
+        std::vector<RefDot> refs;
+        const auto wf = dequantized(t, w.data(), n);
+        for (int k = 0; k < kMaxDotRows; ++k) {
+          std::vector<float> x = random_activations(n, rng);
+          if (extremes) {
+            for (int64_t i = 0; i < n; ++i) x[i] = (i + k) % 2 ? 1.0f : -1.0f;
+          }
+          s.quantize(x.data(), xq.data() + k * stride, n);
+          const auto xf = dequantized(v.vec_dot_type, xq.data() + k * stride, n);
+          refs.push_back(ref_dot(wf.data(), xf.data(), n));
+        }
+        for (int n_x = 1; n_x <= kMaxDotRows; ++n_x) {
+          float out[kMaxDotRows];
+          v.vec_dot_multi(n, w.data(), xq.data(), stride, n_x, out);
+          for (int k = 0; k < n_x; ++k) {
+            const float want = s.vec_dot(n, w.data(), xq.data() + k * stride);
+            const double tol = 2 * float_tolerance(refs[k], n / blk);
+            EXPECT_NEAR(out[k], want, tol) << label(t, Isa::Avx512, n) << " rep " << rep
+                                           << " n_x " << n_x << " row " << k;
+            if (n_x == 1) {
+              EXPECT_NEAR(v.vec_dot(n, w.data(), xq.data() + k * stride), want, tol)
+                  << label(t, Isa::Avx512, n);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Types, VecDot, ::testing::ValuesIn(kDotTypes),
                          [](const auto& info) { return std::string(type_name(info.param)); });
 

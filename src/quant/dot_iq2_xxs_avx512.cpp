@@ -1,0 +1,110 @@
+// AVX-512 VNNI dot of IQ2_XXS weights with Q8_K activations, one to four activation rows per
+// weight row. Scalar twin: scalar::vec_dot_iq2_xxs; tests compare the two. Compiled with AVX-512
+// F/BW/VL/VNNI flags; only reachable after dispatch has checked the CPU.
+//
+// IQ2_XXS is the routed gate/up type of 2-bit DeepSeek builds. The AVX2 kernel builds each
+// 32-value sub-block from eight scalar table loads (grid points and sign masks) and is bound by
+// that; here two sub-blocks (64 values) take one gather of their eight grid points, and the signs
+// become a 64-bit mask computed from the stored bits (the eighth sign of each group is the parity
+// of the other seven), applied to the activations with one masked subtract. Sub-block sums are
+// exact integers as in the scalar kernel; only the order of the float terms differs.
+// GCC 12's AVX-512 headers build some intrinsics on _mm512_undefined_*(), which -Wuninitialized
+// reports at every use (GCC bug 105593).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#include <cstddef>
+#include <cstring>
+
+#include "quant/blocks.h"
+#include "quant/iq_grids.h"
+#include "quant/kernels.h"
+#include "quant/simd_avx2.h"
+
+namespace sluice::avx512 {
+
+using namespace avx2_detail;
+
+namespace {
+
+// The four 7-bit sign fields of a sub-block's meta word as four bytes, each completed with its
+// even-parity eighth bit: bit j of byte g is set when value 8g + j is negative.
+uint64_t sign_bytes(uint32_t meta) {
+  uint64_t m = (meta & 127u) | ((meta >> 7 & 127u) << 8) | ((meta >> 14 & 127u) << 16) |
+               (static_cast<uint64_t>(meta >> 21 & 127u) << 24);
+  // XOR-folding within each byte leaves its parity in bit 0 (bits shifted in from the next byte
+  // land above bit 0 and are masked off).
+  uint64_t p = m ^ (m >> 4);
+  p ^= p >> 2;
+  p ^= p >> 1;
+  return m | ((p & 0x01010101u) << 7);
+}
+
+template <int NX>
+void iq2_xxs_rows(int64_t n, const void* w, const std::byte* x, uint64_t x_stride, float* out) {
+  const auto* a = static_cast<const BlockIQ2XXS*>(w);
+  const auto* grid = reinterpret_cast<const long long*>(iq::kIq2xxsGrid);
+  __m512 acc[NX];
+  for (int t = 0; t < NX; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    prefetch_weights(a + i);
+    const BlockQ8K* b[NX];
+    __m512i sum[NX];
+    for (int t = 0; t < NX; ++t) {
+      b[t] = reinterpret_cast<const BlockQ8K*>(x + t * x_stride) + i;
+      sum[t] = _mm512_setzero_si512();
+    }
+    for (int ib = 0; ib < 8; ib += 2) {
+      // Sub-block ib: grid indices in bytes 0-3, meta (signs, scale) in bytes 4-7; ib + 1 follows.
+      uint32_t q[4];
+      std::memcpy(q, a[i].qs + 4 * ib, sizeof q);
+      const __m512i idx = _mm512_cvtepu8_epi64(
+          _mm_cvtsi64_si128(static_cast<long long>(q[0] | (static_cast<uint64_t>(q[2]) << 32))));
+      const __m512i points = _mm512_i64gather_epi64(idx, grid, 8);
+      const __mmask64 neg = sign_bytes(q[1]) | (sign_bytes(q[3]) << 32);
+      // Lanes 0-7 sum sub-block ib, lanes 8-15 sub-block ib + 1: each takes its odd scale.
+      const __m512i scale =
+          _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(static_cast<int>(2 * (q[1] >> 28) + 1)),
+                                  _mm512_set1_epi32(static_cast<int>(2 * (q[3] >> 28) + 1)));
+#pragma GCC unroll 4
+      for (int t = 0; t < NX; ++t) {
+        const __m512i q8 = _mm512_loadu_si512(b[t]->qs + 32 * ib);
+        const __m512i signed_q8 = _mm512_mask_sub_epi8(q8, neg, _mm512_setzero_si512(), q8);
+        const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), points, signed_q8);
+        sum[t] = _mm512_add_epi32(sum[t], _mm512_mullo_epi32(dot, scale));
+      }
+    }
+    const float d = fp16_scalar(a[i].d);
+    for (int t = 0; t < NX; ++t)
+      acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(d * b[t]->d), _mm512_cvtepi32_ps(sum[t]), acc[t]);
+  }
+  for (int t = 0; t < NX; ++t) out[t] = 0.125f * _mm512_reduce_add_ps(acc[t]);
+}
+
+}  // namespace
+
+float vec_dot_iq2_xxs(int64_t n, const void* w, const void* x) {
+  float out;
+  iq2_xxs_rows<1>(n, w, static_cast<const std::byte*>(x), 0, &out);
+  return out;
+}
+
+void vec_dot_iq2_xxs_multi(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x,
+                           float* out) {
+  const auto* xb = static_cast<const std::byte*>(x);
+  switch (n_x) {
+    case 1:
+      return iq2_xxs_rows<1>(n, w, xb, x_stride, out);
+    case 2:
+      return iq2_xxs_rows<2>(n, w, xb, x_stride, out);
+    case 3:
+      return iq2_xxs_rows<3>(n, w, xb, x_stride, out);
+    default:
+      return iq2_xxs_rows<4>(n, w, xb, x_stride, out);
+  }
+}
+
+}  // namespace sluice::avx512
