@@ -24,6 +24,8 @@ int cmd_run(int argc, char** argv) {
   app.add_option("-f,--file", prompt_file, "read the prompt from a file ('-': standard input)")->excludes(p)->check(stdin_or_file());
   app.add_option("-n,--n-predict,--predict", go.max_tokens, "tokens to generate")->check(CLI::Range(0, 1 << 24))->capture_default_str();
   app.add_flag("--no-bos", no_bos, "do not add the model's BOS token");
+  bool ignore_eos = false;
+  app.add_flag("--ignore-eos", ignore_eos, "keep generating past the model's end-of-generation tokens");
   app.add_flag("--stats", stats, "print routing and expert-cache statistics at exit");
   std::string session_file;
   app.add_option("--session", session_file,
@@ -31,6 +33,7 @@ int cmd_run(int argc, char** argv) {
   SLUICE_PARSE(app, argc, argv);
   if (!prompt_file.empty()) prompt = read_text(prompt_file);
   if (prompt.empty()) fail("give a prompt with -p TEXT or -f FILE");
+  go.stop_at_eog = !ignore_eos;
 
   EngineOptions eo = engine_options(mf);
   apply_pipeline(mf, eo);

@@ -119,7 +119,7 @@ class PipelineMpiModel : public ::testing::Test {
     fs::create_directories(pids);
     const std::string cmd =
         "timeout 60 " +
-        mpirun(2, "run -t 1 -c 4096 -n 4000 -p hello --temp 0 --stage-timeout 3 -m " + model_,
+        mpirun(2, "run -t 1 -c 4096 -n 4000 --ignore-eos -p hello --temp 0 --stage-timeout 3 -m " + model_,
                "echo $$ > " + pids.string() + "/$OMPI_COMM_WORLD_RANK;");
     std::chrono::steady_clock::time_point signalled{};
     std::thread killer([&] {
