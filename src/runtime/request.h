@@ -57,6 +57,8 @@ class Generation {
   };
   // Samples the next token; finishes on end of generation, a stop string or max_tokens.
   Sampled sample(std::span<const float> logits);
+  // Log-probabilities recorded since the previous call (GenerateOptions::logprobs ≥ 0).
+  std::vector<TokenLogprob> take_logprobs();
   // The caller stops the request (client gone, callback refused, timeout).
   void cancel();
 
@@ -75,6 +77,7 @@ class Generation {
   StopMatcher stops_;
   GenerateResult result_;
   bool finished_ = false;
+  size_t logprobs_taken_ = 0;
 };
 
 }  // namespace sluice
