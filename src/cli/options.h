@@ -27,6 +27,8 @@ struct ModelFlags {
 // --ssd-streaming-preload-experts).
 void add_model_flags(CLI::App& app, ModelFlags& f);
 void add_sampling_flags(CLI::App& app, SamplingOptions& s);
+// -q/--quiet: the log level drops to warnings, which silences progress (core/progress.h).
+void add_quiet_flag(CLI::App& app);
 EngineOptions engine_options(const ModelFlags& f);
 // -f FILE validation that also accepts '-' (standard input), and the reader to match.
 CLI::Validator stdin_or_file();

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/meminfo.h"
+#include "core/progress.h"
 #include "core/timer.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
@@ -116,6 +117,8 @@ struct Session::Impl {
     ExpertsLease lease(*engine, "a Session");
     Batch b;
     std::vector<float> out;
+    Progress progress("prompt", static_cast<uint64_t>(static_cast<int>(toks.size()) - from),
+                      "tokens");
     for (int start = from; start < static_cast<int>(toks.size()); start += kPrefillChunk) {
       const int end = std::min<int>(toks.size(), start + kPrefillChunk);
       b.clear();
@@ -129,6 +132,7 @@ struct Session::Impl {
       }
       if (all) all->insert(all->end(), out.begin(), out.end());
       logits.assign(out.end() - n_vocab, out.end());
+      progress.update(static_cast<uint64_t>(end - from));
     }
   }
 };
