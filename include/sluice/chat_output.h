@@ -45,7 +45,8 @@ struct ChatOutputOptions {
 };
 
 // Incremental: push() generated text as it arrives, then finish(). Text that might be the start
-// of a marker is held back until it is decided, so no marker reaches content or reasoning; a
+// of a marker is held back until it is decided, so no marker reaches content or reasoning (nor
+// the family's turn markers, such as <|im_start|>, should a model write one); a
 // tool call is reported once it is complete (its arguments in one delta). A call that does not
 // parse is returned as content, marker text included, rather than dropped.
 class ChatOutputParser {

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
+#include <span>
 
 namespace sluice {
 
@@ -55,6 +56,35 @@ Block tool_block(ChatSyntax s) {
   }
 }
 
+// Turn markers of each family that never belong in a reply's text (the model's end-of-turn token
+// ends generation and has no text; these are what a confused model may still write).
+std::span<const std::string_view> stray_markers(ChatSyntax s) {
+  static constexpr std::string_view hermes[] = {"<|im_start|>", "<|im_end|>", "<|endoftext|>"};
+  static constexpr std::string_view deepseek[] = {
+      "<｜User｜>", "<｜Assistant｜>", "<｜end▁of▁sentence｜>", "<｜begin▁of▁sentence｜>"};
+  static constexpr std::string_view glm[] = {"<|user|>",        "<|assistant|>", "<|system|>",
+                                             "<|observation|>", "[gMASK]",       "<sop>"};
+  static constexpr std::string_view kimi[] = {"<|im_end|>", "<|im_user|>", "<|im_assistant|>",
+                                              "<|im_system|>", "<|im_middle|>"};
+  static constexpr std::string_view harmony[] = {"<|constrain|>", "<|endoftext|>"};
+  switch (s) {
+    case ChatSyntax::kHermes:
+      return hermes;
+    case ChatSyntax::kDeepSeek:
+    case ChatSyntax::kDsml:
+    case ChatSyntax::kDsmlFunctions:
+      return deepseek;
+    case ChatSyntax::kGlm:
+      return glm;
+    case ChatSyntax::kKimi:
+      return kimi;
+    case ChatSyntax::kHarmony:
+      return harmony;
+    default:
+      return {};
+  }
+}
+
 std::string_view trim(std::string_view s) {
   const auto ws = [](char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; };
   while (!s.empty() && ws(s.front())) s.remove_prefix(1);
@@ -70,12 +100,18 @@ std::string_view trim_end(std::string_view s) {
 }
 
 // Bytes of `buf` that can be released: all but a tail that is a proper prefix of a marker.
+// (`also`: further markers, the family's stray turn markers.)
 template <typename Markers>
-size_t releasable(std::string_view buf, const Markers& markers) {
+size_t releasable(std::string_view buf, const Markers& markers,
+                  std::span<const std::string_view> also = {}) {
   for (size_t k = 0; k < buf.size(); ++k) {
     const std::string_view tail = buf.substr(k);
-    for (std::string_view m : markers)
-      if (!m.empty() && tail.size() < m.size() && m.starts_with(tail)) return k;
+    auto prefix = [&](std::string_view m) {
+      return !m.empty() && tail.size() < m.size() && m.starts_with(tail);
+    };
+    if (std::any_of(std::begin(markers), std::end(markers), prefix) ||
+        std::any_of(also.begin(), also.end(), prefix))
+      return k;
   }
   return buf.size();
 }
@@ -258,6 +294,14 @@ std::vector<ChatDelta> ChatOutputParser::finish() {
 
 void ChatOutputParser::emit(std::vector<ChatDelta>& out, ChatDelta::Kind kind,
                             std::string_view text) {
+  std::string clean;
+  if (kind != ChatDelta::Kind::kToolCall) {
+    clean.assign(text);
+    for (std::string_view m : stray_markers(syntax_))
+      for (size_t at = clean.find(m); at != std::string::npos; at = clean.find(m, at))
+        clean.erase(at, m.size());
+    text = clean;
+  }
   if (text.empty()) return;
   if (!out.empty() && out.back().kind == kind && kind != ChatDelta::Kind::kToolCall)
     out.back().text += text;
@@ -337,7 +381,7 @@ void ChatOutputParser::step(std::vector<ChatDelta>& out, bool final) {
         }
         size_t n = buf_.size();
         if (!final) {
-          n = releasable(buf_, std::array{marker});
+          n = releasable(buf_, std::array{marker}, stray_markers(syntax_));
           if (reasoning || !block.begin.empty())
             n = trim_end(std::string_view(buf_).substr(0, n)).size();
         }
@@ -413,7 +457,7 @@ bool ChatOutputParser::step_harmony(std::vector<ChatDelta>& out, bool final) {
     const ChatDelta::Kind kind =
         harmony_channel_ == "analysis" ? ChatDelta::Kind::kReasoning : ChatDelta::Kind::kContent;
     if (end == std::string::npos) {
-      const size_t n = final ? buf_.size() : releasable(buf_, kHarmonyEnds);
+      const size_t n = final ? buf_.size() : releasable(buf_, kHarmonyEnds, stray_markers(syntax_));
       emit(out, kind, std::string_view(buf_).substr(0, n));
       buf_.erase(0, n);
       return false;

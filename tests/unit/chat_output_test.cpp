@@ -166,6 +166,18 @@ TEST(ChatOutput, ThinkBlockGoesToReasoningAndTextStaysVerbatim) {
   EXPECT_EQ(parse(ChatSyntax::kHermes, "<think>still going", false).reasoning, "still going");
 }
 
+TEST(ChatOutput, StrayTurnMarkersNeverReachText) {
+  for (bool bytewise : {false, true}) {
+    ChatOutput q =
+        parse(ChatSyntax::kHermes,
+              "<think>a<|im_start|>b</think>Hi<|im_end|> there<|im_start|>user", bytewise);
+    EXPECT_EQ(q.reasoning, "ab");
+    EXPECT_EQ(q.content, "Hi thereuser");
+    EXPECT_EQ(parse(ChatSyntax::kDsml, "Done<｜end▁of▁sentence｜><｜User｜>", bytewise).content,
+              "Done");
+  }
+}
+
 TEST(ChatOutput, HarmonyChannels) {
   const std::string text =
       "<|channel|>analysis<|message|>Need "
