@@ -41,6 +41,8 @@ struct CompletionEvent {
   enum class Kind { kText, kDone, kError };
   Kind kind = Kind::kText;
   std::string text;       // kText: new output (complete UTF-8, stop strings withheld); kError: message
+  std::vector<TokenLogprob>
+      logprobs;           // kText: tokens sampled since the previous event (when asked)
   GenerateResult result;  // kDone: the whole result (finish reason, tokens, counts, timings)
   bool timed_out = false;  // kDone: cancelled because the request's timeout passed
 };
@@ -110,6 +112,8 @@ class Scheduler {
 struct ChatPromptOptions {
   bool add_generation_prompt = true;    // end with the assistant's turn opening
   std::optional<bool> enable_thinking;  // the template's thinking switch; unset: its default
+  std::string reasoning_effort;  // the template's reasoning_effort (gpt-oss: low/medium/high);
+                                 // empty: its default
 };
 
 // Chat prompt tokens for an OpenAI-style conversation — the one prompt builder of the server and

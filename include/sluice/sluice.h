@@ -15,6 +15,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "sluice/types.h"  // IWYU pragma: export
@@ -60,6 +61,9 @@ struct SamplingOptions {
 
 struct GenerateOptions {
   int max_tokens = 128;
+  // ≥ 0: record each generated token's log-probability and this many most likely alternatives
+  // (at most 20) in GenerateResult::logprobs; < 0: off.
+  int logprobs = -1;
   SamplingOptions sampling;
   std::vector<std::string> stop;  // generation ends before any of these strings
   bool stop_at_eog = true;        // end at the model's end-of-generation tokens
@@ -67,9 +71,20 @@ struct GenerateOptions {
 
 enum class FinishReason { kLength, kStop, kEog, kCancelled };
 
+// A generated token under the model's distribution: log-softmax of its logits at temperature 1,
+// before penalties and top-k/top-p/min-p truncation (what OpenAI's logprobs report).
+struct TokenLogprob {
+  int32_t token = -1;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>>
+      top;  // the most likely tokens and their logprobs, best first
+};
+
 struct GenerateResult {
   std::vector<int32_t> tokens;  // generated ids (a matched stop string's tokens included)
   std::string text;             // generated text, stop string excluded
+  std::vector<TokenLogprob>
+      logprobs;  // per generated token with text, when GenerateOptions::logprobs ≥ 0
   FinishReason finish = FinishReason::kLength;
   int n_prompt = 0;             // prompt tokens evaluated (after prefix reuse)
   int n_reused = 0;             // prompt tokens served from the cache

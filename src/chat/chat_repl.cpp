@@ -209,7 +209,7 @@ std::vector<int32_t> ChatRepl::prompt_tokens() const {
   nlohmann::ordered_json msgs = nlohmann::ordered_json::array();
   if (!config_.system.empty()) msgs.push_back({{"role", "system"}, {"content", config_.system}});
   for (const auto& m : messages_) msgs.push_back(m);
-  return chat_prompt_tokens(engine_, msgs.dump(), "", nullptr, {.enable_thinking = enable_thinking_});
+  return chat_prompt_tokens(engine_, msgs.dump(), "", nullptr, {.enable_thinking = enable_thinking_, .reasoning_effort = {}});
 }
 
 void ChatRepl::send(const std::string& user_text) {

@@ -35,6 +35,7 @@ int cmd_gen_model(int argc, char** argv) {
   app.add_option("-o,--output", out, "GGUF file to write (through a temporary file renamed into place)")->required();
   bool force = false;
   app.add_flag("--force", force, "replace an existing output file");
+  add_quiet_flag(app);
   auto* layers = app.add_option("--layers", o.n_layer, "number of layers");
   auto* experts = app.add_option("--experts", o.n_expert, "routed experts per layer");
   auto* used = app.add_option("--experts-used", o.n_expert_used, "experts used per token");

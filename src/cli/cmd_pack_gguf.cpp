@@ -180,6 +180,7 @@ int cmd_pack_gguf(int argc, char** argv) {
   app.add_option("-o,--output", out_path, "GGUF file to write (through a temporary file renamed into place)")->required();
   bool force = false;
   app.add_flag("--force", force, "replace an existing output file");
+  add_quiet_flag(app);
   SLUICE_PARSE(app, argc, argv);
   check_output(out_path, force);
 

@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "core/error.h"
+#include "core/progress.h"
 #include "core/timer.h"
 
 namespace sluice::cli {
@@ -44,6 +45,7 @@ int cmd_perplexity(int argc, char** argv) {
   Timer t;
   double nll = 0;
   int64_t scored = 0, evaluated = 0, windows = 0;
+  Progress progress("perplexity", static_cast<uint64_t>(n), "tokens");
   for (int s = 0;; s += stride) {
     const int end = std::min(n, s + window);
     std::vector<int32_t> win(ids.begin() + s, ids.begin() + end);
@@ -60,6 +62,7 @@ int cmd_perplexity(int argc, char** argv) {
       nll += (mx + std::log(sum)) - row[win[p]];
       ++scored;
     }
+    progress.update(static_cast<uint64_t>(end));
     if (s + window >= n) break;
   }
   const double secs = t.seconds();

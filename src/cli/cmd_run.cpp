@@ -49,13 +49,19 @@ int cmd_run(int argc, char** argv) {
   auto tokens = engine->tokenize(prompt, !no_bos);
   auto session = engine->new_session();
   if (!session_file.empty()) restore_session(*session, session_file);
-  std::fputs(prompt.c_str(), stdout);
-  std::fflush(stdout);
-  GenerateResult r = session->generate(tokens, go, [](int32_t, std::string_view text) {
+  // The prompt is echoed once it is evaluated, so a terminal's prefill progress bar has the line.
+  bool echoed = false;
+  auto echo = [&] {
+    if (!echoed) std::fputs(prompt.c_str(), stdout);
+    echoed = true;
+  };
+  GenerateResult r = session->generate(tokens, go, [&](int32_t, std::string_view text) {
+    echo();
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
     return true;
   });
+  echo();
   std::fputc('\n', stdout);
   std::fflush(stdout);
   if (!session_file.empty()) {

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "core/units.h"
 
 namespace sluice::cli {
@@ -43,7 +44,14 @@ void check_output(const std::string& path, bool force) {
   if (!force && std::filesystem::exists(path)) fail("'{}' exists: refusing to overwrite it (--force replaces it)", path);
 }
 
+void add_quiet_flag(CLI::App& app) {
+  app.add_flag_callback(
+      "-q,--quiet", [] { set_log_level(LogLevel::kWarn); },
+      "no progress bars or informational lines (warnings and errors still print)");
+}
+
 void add_model_flags(CLI::App& app, ModelFlags& f) {
+  add_quiet_flag(app);
   f.model = default_model_path();
   app.add_option("-m,--model", f.model, "GGUF model (first part of a split model)")->capture_default_str();
   app.add_option("-t,--threads", f.threads, "worker threads (0: one per physical core available to the process)")->check(CLI::Range(0, 1024));

@@ -32,6 +32,8 @@ void add_model_flags(CLI::App& app, ModelFlags& f);
 void add_sampling_flags(CLI::App& app, SamplingOptions& s);
 // --cache-type-k and --cache-type-v (main.cpp maps -ctk/-ctv to them) (f32, f16, bf16, q8_0, q4_0); inspect shares them.
 void add_kv_type_flags(CLI::App& app, std::string& type_k, std::string& type_v);
+// -q/--quiet: the log level drops to warnings, which silences progress (core/progress.h).
+void add_quiet_flag(CLI::App& app);
 EngineOptions engine_options(const ModelFlags& f);
 // -f FILE validation that also accepts '-' (standard input), and the reader to match.
 CLI::Validator stdin_or_file();

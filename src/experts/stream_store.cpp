@@ -18,6 +18,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/progress.h"
 #include "core/timer.h"
 #include "core/units.h"
 #include "experts/heat_profile.h"
@@ -344,6 +345,14 @@ class StreamStore final : public ExpertStore {
     for (size_t c = 0; c < next_free.size(); ++c) next_free[c] = arena_.classes()[c].first;
     int64_t n = 0;
     Timer t;
+    uint64_t slots = 0;
+    for (const SizeClass& c : arena_.classes()) slots += static_cast<uint64_t>(c.count);
+    Progress progress(
+        "preloading experts",
+        std::min<uint64_t>(
+            {slots, order.size(),
+             o_.preload_limit >= 0 ? static_cast<uint64_t>(o_.preload_limit) : slots}),
+        "experts");
     preloading_ = true;
     for (int32_t key : order) {
       if (o_.preload_limit >= 0 && n >= o_.preload_limit) break;
@@ -351,7 +360,7 @@ class StreamStore final : public ExpertStore {
       const SizeClass& c = arena_.classes()[cls];
       if (next_free[cls] >= c.first + c.count) continue;
       load(next_free[cls]++, key, SlotOrigin::kSet);
-      ++n;
+      progress.update(static_cast<uint64_t>(++n));
       if (reader_->in_flight() >= 192) poll(true);
     }
     while (reader_->in_flight() > 0) poll(true);

@@ -10,6 +10,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/progress.h"
 
 namespace sluice::gguf {
 
@@ -112,6 +113,9 @@ void Writer::write(const std::string& path) const {
   constexpr size_t kChunk = 16u << 20;
   std::unique_ptr<std::byte[]> buf;
   size_t buf_size = 0;
+  uint64_t total = 0, written = 0;
+  for (const auto& t : tensors_) total += t.nbytes;
+  Progress progress("writing " + path, total >> 20, "MiB");
   for (const auto& t : tensors_) {
     if (t.nbytes > buf_size) {
       buf_size = std::max<size_t>(t.nbytes, kChunk);
@@ -120,6 +124,7 @@ void Writer::write(const std::string& path) const {
     t.fill(buf.get(), t.nbytes);
     o.bytes(buf.get(), t.nbytes);
     o.pad_to(alignment_);
+    progress.update((written += t.nbytes) >> 20);
   }
   o.close();
 }

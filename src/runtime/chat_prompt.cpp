@@ -68,6 +68,7 @@ std::vector<int32_t> chat_prompt_tokens(Engine& engine, std::string_view message
   req.bos_token = e.info.bos_token;
   req.eos_token = e.info.eos_token;
   if (options.enable_thinking) req.extra["enable_thinking"] = *options.enable_thinking;
+  if (!options.reasoning_effort.empty()) req.extra["reasoning_effort"] = options.reasoning_effort;
   try {
     text = chat::render_chat(source, req);
   } catch (const std::exception& ex) {

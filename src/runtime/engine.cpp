@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/meminfo.h"
+#include "core/progress.h"
 #include "core/timer.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
@@ -155,6 +156,8 @@ struct Session::Impl {
     ExpertsLease lease(*engine, "a Session");
     Batch b;
     std::vector<float> out;
+    Progress progress("prompt", static_cast<uint64_t>(static_cast<int>(toks.size()) - from),
+                      "tokens");
     for (int start = from; start < static_cast<int>(toks.size()); start += kPrefillChunk) {
       const int end = std::min<int>(toks.size(), start + kPrefillChunk);
       b.clear();
@@ -170,6 +173,7 @@ struct Session::Impl {
       // Only the last pipeline stage has logits.
       if (out.empty()) logits.clear();
       else logits.assign(out.end() - n_vocab, out.end());
+      progress.update(static_cast<uint64_t>(end - from));
     }
   }
 };

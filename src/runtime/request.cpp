@@ -2,8 +2,32 @@
 #include "runtime/request.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace sluice {
+
+namespace {
+
+// Log-softmax of `logits` at `token`, and the `k` most likely tokens.
+TokenLogprob token_logprob(std::span<const float> logits, int32_t token, int k) {
+  const float max = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (float x : logits) sum += std::exp(static_cast<double>(x - max));
+  const float log_z = max + static_cast<float>(std::log(sum));
+  TokenLogprob lp;
+  lp.token = token;
+  lp.logprob = logits[token] - log_z;
+  std::vector<int32_t> ids(logits.size());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
+  k = std::min<int>(k, static_cast<int>(ids.size()));
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  for (int i = 0; i < k; ++i) lp.top.emplace_back(ids[i], logits[ids[i]] - log_z);
+  return lp;
+}
+
+}  // namespace
 
 SamplingParams sampling_params(const SamplingOptions& o) {
   return {o.temperature,      o.top_k,          o.top_p, o.min_p, o.repeat_penalty, o.presence_penalty,
@@ -52,11 +76,22 @@ Generation::Sampled Generation::accept(int32_t token) {
     return s;
   }
   s.emitted = true;
+  if (options_.logprobs >= 0)
+    result_.logprobs.push_back(token_logprob(logits, s.token, options_.logprobs));
   s.text = stops_.push(decoder_.push(s.token));
   result_.text += s.text;
   if (stops_.matched()) end(FinishReason::kStop);
   else if (static_cast<int>(result_.tokens.size()) >= options_.max_tokens) end(FinishReason::kLength);
   return s;
+}
+
+std::vector<TokenLogprob> Generation::take_logprobs() {
+  if (logprobs_taken_ >= result_.logprobs.size()) return {};
+  std::vector<TokenLogprob> out(
+      result_.logprobs.begin() + static_cast<std::ptrdiff_t>(logprobs_taken_),
+      result_.logprobs.end());
+  logprobs_taken_ = result_.logprobs.size();
+  return out;
 }
 
 void Generation::cancel() { end(FinishReason::kCancelled); }

@@ -60,6 +60,8 @@ class Generation {
   // Takes `token` as the next one, chosen elsewhere (the last pipeline stage sampled it): the
   // same accounting as sample() without the sampling.
   Sampled accept(int32_t token);
+  // Log-probabilities recorded since the previous call (GenerateOptions::logprobs ≥ 0).
+  std::vector<TokenLogprob> take_logprobs();
   // The caller stops the request (client gone, callback refused, timeout).
   void cancel();
 
@@ -78,6 +80,7 @@ class Generation {
   StopMatcher stops_;
   GenerateResult result_;
   bool finished_ = false;
+  size_t logprobs_taken_ = 0;
 };
 
 }  // namespace sluice

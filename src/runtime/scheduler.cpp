@@ -53,10 +53,11 @@ class HandleState final : public CompletionHandle {
     }
     cv_.notify_all();
   }
-  void push_text(std::string text) {
-    if (text.empty()) return;
+  void push_text(std::string text, std::vector<TokenLogprob> logprobs) {
+    if (text.empty() && logprobs.empty()) return;
     CompletionEvent e;
     e.text = std::move(text);
+    e.logprobs = std::move(logprobs);
     push(std::move(e));
   }
   void push_error(std::string message) {
@@ -178,8 +179,9 @@ struct Scheduler::Impl {
   // Ends the active request of slot s (its generation state says why) and sends its final event.
   void finish(Slot& s, bool timed_out = false) {
     std::string tail;
+    std::vector<TokenLogprob> logprobs = s.gen->take_logprobs();
     GenerateResult result = s.gen->finish(&tail);
-    s.handle->push_text(std::move(tail));
+    s.handle->push_text(std::move(tail), std::move(logprobs));
     result.prefill_seconds = s.prefill_seconds;
     (s.decoding ? result.decode_seconds : result.prefill_seconds) = s.timer.seconds();
     const FinishReason reason = result.finish;
@@ -264,7 +266,7 @@ struct Scheduler::Impl {
       std::lock_guard<std::mutex> lock(mutex);
       ++stats.generated_tokens;
     }
-    if (next.emitted) s.handle->push_text(std::move(next.text));
+    if (next.emitted) s.handle->push_text(std::move(next.text), s.gen->take_logprobs());
     if (s.gen->finished()) return finish(s);
     s.ctx.push_back(next.token);
   }

@@ -8,6 +8,7 @@
 
 #include <limits>
 #include <random>
+#include <set>
 
 namespace sluice::server {
 
@@ -15,7 +16,11 @@ namespace {
 
 using json = nlohmann::json;
 
-[[noreturn]] void bad(const std::string& param, const std::string& message, const char* code = "invalid_value") {
+// OpenAI allows 20 alternatives per token (chat) and 5 (completions); both get 20 here.
+constexpr int kMaxLogprobs = 20;
+
+[[noreturn]] void bad(const std::string& param, const std::string& message,
+                      const char* code = "invalid_value") {
   throw ApiError(400, message, "invalid_request_error", param, code);
 }
 
@@ -30,18 +35,21 @@ double number(const json& body, const char* name, double def, double lo, double 
   if (!v) return def;
   if (!v->is_number()) bad(name, fmt::format("'{}' must be a number", name), "invalid_type");
   const double x = v->get<double>();
-  if (!(x >= lo && x <= hi)) bad(name, fmt::format("'{}' must be between {} and {}, got {}", name, lo, hi, x));
+  if (!(x >= lo && x <= hi))
+    bad(name, fmt::format("'{}' must be between {} and {}, got {}", name, lo, hi, x));
   return x;
 }
 
 int64_t integer(const json& body, const char* name, int64_t def, int64_t lo, int64_t hi) {
   const json* v = field(body, name);
   if (!v) return def;
-  if (!v->is_number_integer()) bad(name, fmt::format("'{}' must be an integer", name), "invalid_type");
+  if (!v->is_number_integer())
+    bad(name, fmt::format("'{}' must be an integer", name), "invalid_type");
   if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(hi))
     bad(name, fmt::format("'{}' must be between {} and {}", name, lo, hi));
   const int64_t x = v->get<int64_t>();
-  if (x < lo || x > hi) bad(name, fmt::format("'{}' must be between {} and {}, got {}", name, lo, hi, x));
+  if (x < lo || x > hi)
+    bad(name, fmt::format("'{}' must be between {} and {}, got {}", name, lo, hi, x));
   return x;
 }
 
@@ -57,11 +65,14 @@ std::vector<std::string> stops(const json& body, const char* name) {
   const json* v = field(body, name);
   if (!v) return {};
   if (v->is_string()) return {v->get<std::string>()};
-  if (!v->is_array()) bad(name, fmt::format("'{}' must be a string or an array of strings", name), "invalid_type");
-  if (v->size() > 16) bad(name, fmt::format("'{}' has {} entries; at most 16 are allowed", name, v->size()));
+  if (!v->is_array())
+    bad(name, fmt::format("'{}' must be a string or an array of strings", name), "invalid_type");
+  if (v->size() > 16)
+    bad(name, fmt::format("'{}' has {} entries; at most 16 are allowed", name, v->size()));
   std::vector<std::string> out;
   for (const auto& s : *v) {
-    if (!s.is_string()) bad(name, fmt::format("'{}' must contain only strings", name), "invalid_type");
+    if (!s.is_string())
+      bad(name, fmt::format("'{}' must contain only strings", name), "invalid_type");
     out.push_back(s.get<std::string>());
   }
   return out;
@@ -71,13 +82,18 @@ std::vector<std::string> stops(const json& body, const char* name) {
 std::string content_text(const json& content, const std::string& param) {
   if (content.is_null()) return {};
   if (content.is_string()) return content.get<std::string>();
-  if (!content.is_array()) bad(param, fmt::format("'{}' must be a string or an array of content parts", param), "invalid_type");
+  if (!content.is_array())
+    bad(param, fmt::format("'{}' must be a string or an array of content parts", param),
+        "invalid_type");
   std::string out;
   for (const auto& part : content) {
     if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
-      bad(param, fmt::format("'{}' parts must be objects with a string 'type'", param), "invalid_type");
+      bad(param, fmt::format("'{}' parts must be objects with a string 'type'", param),
+          "invalid_type");
     const std::string type = part["type"].get<std::string>();
-    if (type != "text") bad(param, fmt::format("'{}': content part type '{}' is not supported (only text)", param, type));
+    if (type != "text")
+      bad(param,
+          fmt::format("'{}': content part type '{}' is not supported (only text)", param, type));
     if (!part.contains("text") || !part["text"].is_string())
       bad(param, fmt::format("'{}': a text part needs a string 'text'", param), "invalid_type");
     out += part["text"].get<std::string>();
@@ -85,24 +101,157 @@ std::string content_text(const json& content, const std::string& param) {
   return out;
 }
 
-// Validates messages and turns content arrays into strings (what chat templates expect).
-json normalize_messages(const json& messages, const char* name, bool anthropic) {
-  if (!messages.is_array()) bad(name, fmt::format("'{}' must be an array of messages", name), "invalid_type");
-  if (messages.empty()) bad(name, fmt::format("'{}' must not be empty", name));
+// A tool call's arguments as an object (chat templates iterate them or dump them with tojson);
+// clients send the JSON text OpenAI returned.
+json call_arguments(const json& args, const std::string& param) {
+  json a = args.is_string() ? json::parse(args.get<std::string>(), nullptr, false) : args;
+  if (!a.is_object())
+    bad(param, fmt::format("'{}' must be a JSON object or a string holding one", param),
+        "invalid_type");
+  return a;
+}
+
+// Validates OpenAI messages, turns content arrays into strings and tool-call arguments into
+// objects (what chat templates expect).
+json openai_messages(const json& messages) {
+  if (!messages.is_array())
+    bad("messages", "'messages' must be an array of messages", "invalid_type");
+  if (messages.empty()) bad("messages", "'messages' must not be empty");
   json out = json::array();
   for (size_t i = 0; i < messages.size(); ++i) {
     const json& m = messages[i];
-    const std::string p = fmt::format("{}[{}]", name, i);
+    const std::string p = fmt::format("messages[{}]", i);
     if (!m.is_object()) bad(p, fmt::format("'{}' must be an object", p), "invalid_type");
-    if (!m.contains("role") || !m["role"].is_string()) bad(p + ".role", fmt::format("'{}.role' must be a string", p), "invalid_type");
+    if (!m.contains("role") || !m["role"].is_string())
+      bad(p + ".role", fmt::format("'{}.role' must be a string", p), "invalid_type");
     const std::string role = m["role"].get<std::string>();
-    if (anthropic ? role != "user" && role != "assistant"
-                  : role != "system" && role != "user" && role != "assistant" && role != "tool" && role != "developer")
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool" &&
+        role != "developer")
       bad(p + ".role", fmt::format("'{}.role' '{}' is not a known role", p, role));
     json n = m;
-    if (m.contains("content")) n["content"] = content_text(m["content"], p + ".content");
-    else if (anthropic || !m.contains("tool_calls")) bad(p + ".content", fmt::format("'{}.content' is missing", p));
+    if (m.contains("content"))
+      n["content"] = content_text(m["content"], p + ".content");
+    else if (!m.contains("tool_calls"))
+      bad(p + ".content", fmt::format("'{}.content' is missing", p));
+    if (const json* calls = field(m, "tool_calls")) {
+      if (role != "assistant" || !calls->is_array())
+        bad(p + ".tool_calls",
+            fmt::format("'{}.tool_calls' must be an array on an assistant message", p),
+            "invalid_type");
+      for (size_t j = 0; j < calls->size(); ++j) {
+        const std::string q = fmt::format("{}.tool_calls[{}]", p, j);
+        const json& c = (*calls)[j];
+        if (!c.is_object() || !c.contains("function") || !c["function"].is_object() ||
+            !c["function"].contains("name") || !c["function"]["name"].is_string())
+          bad(q,
+              fmt::format("'{}' must be "
+                          "{{\"type\":\"function\",\"function\":{{\"name\":…,\"arguments\":…}}}}",
+                          q),
+              "invalid_type");
+        n["tool_calls"][j]["function"]["arguments"] =
+            call_arguments(c["function"].value("arguments", json("{}")), q + ".function.arguments");
+      }
+    }
+    // gpt-oss's template reads an assistant's reasoning as `thinking`.
+    if (m.contains("reasoning_content") && !m.contains("thinking"))
+      n["thinking"] = m["reasoning_content"];
     out.push_back(std::move(n));
+  }
+  return out;
+}
+
+// Anthropic messages as OpenAI ones: text blocks joined, thinking as reasoning_content, tool_use
+// blocks as tool_calls, and tool_result blocks as "tool" messages before the user's text.
+json anthropic_messages(const json& messages) {
+  if (!messages.is_array())
+    bad("messages", "'messages' must be an array of messages", "invalid_type");
+  if (messages.empty()) bad("messages", "'messages' must not be empty");
+  json out = json::array();
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const json& m = messages[i];
+    const std::string p = fmt::format("messages[{}]", i);
+    if (!m.is_object()) bad(p, fmt::format("'{}' must be an object", p), "invalid_type");
+    if (!m.contains("role") || !m["role"].is_string())
+      bad(p + ".role", fmt::format("'{}.role' must be a string", p), "invalid_type");
+    const std::string role = m["role"].get<std::string>();
+    if (role != "user" && role != "assistant")
+      bad(p + ".role", fmt::format("'{}.role' '{}' is not a known role", p, role));
+    if (!m.contains("content")) bad(p + ".content", fmt::format("'{}.content' is missing", p));
+    const json& content = m["content"];
+    if (!content.is_array()) {
+      out.push_back({{"role", role}, {"content", content_text(content, p + ".content")}});
+      continue;
+    }
+    std::string text, thinking;
+    json calls = json::array();
+    for (size_t j = 0; j < content.size(); ++j) {
+      const json& b = content[j];
+      const std::string q = fmt::format("{}.content[{}]", p, j);
+      if (!b.is_object() || !b.contains("type") || !b["type"].is_string())
+        bad(q, fmt::format("'{}' must be an object with a string 'type'", q), "invalid_type");
+      const std::string type = b["type"].get<std::string>();
+      if (type == "text") {
+        text += content_text(json::array({b}), q);
+      } else if (type == "thinking" && role == "assistant" && b.contains("thinking") &&
+                 b["thinking"].is_string()) {
+        thinking += b["thinking"].get<std::string>();
+      } else if (type == "tool_use" && role == "assistant") {
+        if (!b.contains("id") || !b["id"].is_string() || !b.contains("name") ||
+            !b["name"].is_string())
+          bad(q, fmt::format("'{}' (tool_use) needs a string 'id' and 'name'", q), "invalid_type");
+        calls.push_back(
+            {{"id", b["id"]},
+             {"type", "function"},
+             {"function",
+              {{"name", b["name"]},
+               {"arguments", call_arguments(b.value("input", json::object()), q + ".input")}}}});
+      } else if (type == "tool_result" && role == "user") {
+        if (!b.contains("tool_use_id") || !b["tool_use_id"].is_string())
+          bad(q, fmt::format("'{}' (tool_result) needs a string 'tool_use_id'", q), "invalid_type");
+        std::string result =
+            b.contains("content") ? content_text(b["content"], q + ".content") : "";
+        if (b.value("is_error", false)) result = "Error: " + result;
+        out.push_back({{"role", "tool"}, {"tool_call_id", b["tool_use_id"]}, {"content", result}});
+      } else {
+        bad(q, fmt::format("'{}': content block type '{}' is not supported on a {} message", q,
+                           type, role));
+      }
+    }
+    if (role == "user") {
+      if (!text.empty() || out.empty() || out.back()["role"] != "tool")
+        out.push_back({{"role", "user"}, {"content", text}});
+      continue;
+    }
+    json a = {{"role", "assistant"}, {"content", text}};
+    if (!calls.empty()) a["tool_calls"] = calls;
+    if (!thinking.empty()) a["reasoning_content"] = a["thinking"] = thinking;
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+// `tools` in OpenAI's shape ([{"type":"function","function":{"name",…}}]); Anthropic's
+// [{"name","description","input_schema"}] is converted to it.
+json tool_list(const json& tools, bool anthropic) {
+  if (!tools.is_array()) bad("tools", "'tools' must be an array", "invalid_type");
+  json out = json::array();
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const json& t = tools[i];
+    const std::string p = fmt::format("tools[{}]", i);
+    if (anthropic) {
+      if (!t.is_object() || !t.contains("name") || !t["name"].is_string())
+        bad(p, fmt::format("'{}' must be an object with a string 'name'", p), "invalid_type");
+      json f = {{"name", t["name"]}, {"parameters", t.value("input_schema", json::object())}};
+      if (t.contains("description")) f["description"] = t["description"];
+      out.push_back({{"type", "function"}, {"function", f}});
+      continue;
+    }
+    if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") ||
+        !t["function"].is_object() || !t["function"].contains("name") ||
+        !t["function"]["name"].is_string())
+      bad(p, fmt::format("'{}' must be {{\"type\":\"function\",\"function\":{{\"name\":…}}}}", p),
+          "invalid_type");
+    out.push_back(t);
   }
   return out;
 }
@@ -112,31 +261,139 @@ std::vector<int32_t> completion_prompt(const json& body, Engine& engine) {
   const json* v = field(body, "prompt");
   if (!v) bad("prompt", "'prompt' is required", "missing_required_parameter");
   if (v->is_string()) return engine.tokenize(v->get<std::string>(), true);
-  if (!v->is_array()) bad("prompt", "'prompt' must be a string, an array of strings or an array of token ids", "invalid_type");
-  if (v->size() == 1 && (*v)[0].is_string()) return engine.tokenize((*v)[0].get<std::string>(), true);
+  if (!v->is_array())
+    bad("prompt", "'prompt' must be a string, an array of strings or an array of token ids",
+        "invalid_type");
+  if (v->size() == 1 && (*v)[0].is_string())
+    return engine.tokenize((*v)[0].get<std::string>(), true);
   std::vector<int32_t> ids;
   for (const auto& t : *v) {
-    if (t.is_string()) bad("prompt", "several prompts in one request are not supported; send one request per prompt");
-    if (!t.is_number_integer()) bad("prompt", "'prompt' token ids must be integers", "invalid_type");
+    if (t.is_string())
+      bad("prompt",
+          "several prompts in one request are not supported; send one request per prompt");
+    if (!t.is_number_integer())
+      bad("prompt", "'prompt' token ids must be integers", "invalid_type");
     const int64_t id = t.get<int64_t>();
     if (id < 0 || id >= engine.info().n_vocab)
-      bad("prompt", fmt::format("token id {} is outside the vocabulary (0..{})", id, engine.info().n_vocab - 1));
+      bad("prompt", fmt::format("token id {} is outside the vocabulary (0..{})", id,
+                                engine.info().n_vocab - 1));
     ids.push_back(static_cast<int32_t>(id));
   }
   return ids;
 }
 
-std::string finish_reason(const GenerateResult& r) {
-  return r.finish == FinishReason::kLength ? "length" : "stop";
+// Every field each API accepts; any other is refused by name rather than silently ignored.
+const std::set<std::string>& known_fields(Api api) {
+  static const std::set<std::string> chat = {"model",
+                                             "messages",
+                                             "stream",
+                                             "stream_options",
+                                             "n",
+                                             "temperature",
+                                             "top_p",
+                                             "top_k",
+                                             "min_p",
+                                             "presence_penalty",
+                                             "frequency_penalty",
+                                             "repeat_penalty",
+                                             "seed",
+                                             "ignore_eos",
+                                             "stop",
+                                             "max_tokens",
+                                             "max_completion_tokens",
+                                             "tools",
+                                             "tool_choice",
+                                             "parallel_tool_calls",
+                                             "logprobs",
+                                             "top_logprobs",
+                                             "response_format",
+                                             "user",
+                                             "store",
+                                             "logit_bias",
+                                             "reasoning_effort",
+                                             "chat_template_kwargs"};
+  static const std::set<std::string> completion = {"model",
+                                                   "prompt",
+                                                   "stream",
+                                                   "stream_options",
+                                                   "n",
+                                                   "best_of",
+                                                   "temperature",
+                                                   "top_p",
+                                                   "top_k",
+                                                   "min_p",
+                                                   "presence_penalty",
+                                                   "frequency_penalty",
+                                                   "repeat_penalty",
+                                                   "seed",
+                                                   "ignore_eos",
+                                                   "stop",
+                                                   "max_tokens",
+                                                   "logprobs",
+                                                   "echo",
+                                                   "suffix",
+                                                   "user",
+                                                   "logit_bias"};
+  static const std::set<std::string> messages = {
+      "model", "messages", "system", "max_tokens",  "stop_sequences", "stream",  "temperature",
+      "top_p", "top_k",    "tools",  "tool_choice", "thinking",       "metadata"};
+  return api == Api::kChat ? chat : api == Api::kCompletion ? completion : messages;
 }
 
-std::string stop_reason(const GenerateResult& r) {
-  if (r.finish == FinishReason::kLength) return "max_tokens";
-  return r.finish == FinishReason::kStop ? "stop_sequence" : "end_turn";
+// Fields that are known but whose non-default values sluice does not implement: 400 naming them.
+void refuse_unimplemented(const json& body, Api api) {
+  for (const auto& [key, value] : body.items())
+    if (!value.is_null() && !known_fields(api).contains(key))
+      bad(key, fmt::format("'{}' is not a supported request field", key), "unsupported_parameter");
+  if (const json* rf = field(body, "response_format")) {
+    if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
+      bad("response_format", "'response_format' must be an object with a string 'type'",
+          "invalid_type");
+    const std::string type = (*rf)["type"].get<std::string>();
+    if (type != "text")
+      bad("response_format",
+          fmt::format("'response_format' type '{}' is not supported: sluice does not constrain "
+                      "sampling to JSON "
+                      "(only {{\"type\":\"text\"}})",
+                      type),
+          "unsupported_parameter");
+  }
+  if (const json* lb = field(body, "logit_bias"); lb && !(lb->is_object() && lb->empty()))
+    bad("logit_bias", "'logit_bias' is not supported (only an empty object)",
+        "unsupported_parameter");
+  if (boolean(body, "store", false))
+    bad("store", "'store': true is not supported: sluice stores no completions",
+        "unsupported_parameter");
+  if (boolean(body, "echo", false))
+    bad("echo", "'echo': true is not supported", "unsupported_parameter");
+  if (const json* s = field(body, "suffix");
+      s && !(s->is_string() && s->get<std::string>().empty()))
+    bad("suffix", "'suffix' is not supported (insertion needs a fill-in-the-middle prompt)",
+        "unsupported_parameter");
+  if (integer(body, "best_of", 1, 1, std::numeric_limits<int32_t>::max()) != 1)
+    bad("best_of", "only best_of = 1 is supported");
+  if (const json* u = field(body, "user"); u && !u->is_string())
+    bad("user", "'user' must be a string", "invalid_type");
+  if (const json* md = field(body, "metadata"); md && !md->is_object())
+    bad("metadata", "'metadata' must be an object", "invalid_type");
 }
 
-std::string sse(const json& j) { return "data: " + to_text(j) + "\n\n"; }
-std::string sse_event(const char* event, const json& j) { return fmt::format("event: {}\ndata: {}\n\n", event, to_text(j)); }
+// tool_choice: "auto" (default) and "none" (tools are neither offered nor parsed); forcing a
+// call would need constrained sampling.
+bool tools_allowed(const json& body, Api api) {
+  const json* tc = field(body, "tool_choice");
+  if (!tc) return true;
+  const std::string type = tc->is_string()   ? tc->get<std::string>()
+                           : tc->is_object() ? tc->value("type", "")
+                                             : "";
+  if (type == "auto") return true;
+  if (type == "none") return false;
+  bad("tool_choice",
+      fmt::format("'tool_choice' {} is not supported (only \"auto\" and \"none\"{}): sluice cannot "
+                  "force a call",
+                  tc->dump(), api == Api::kMessages ? " as {\"type\":…}" : ""),
+      "unsupported_parameter");
+}
 
 }  // namespace
 
@@ -144,15 +401,23 @@ ParsedRequest parse_request(Api api, const std::string& text, Engine& engine) {
   json body = json::parse(text, nullptr, false);
   if (body.is_discarded()) bad("", "the request body is not valid JSON", "invalid_json");
   if (!body.is_object()) bad("", "the request body must be a JSON object", "invalid_type");
+  refuse_unimplemented(body, api);
   ParsedRequest pr;
   pr.api = api;
-  if (const json* m = field(body, "model"); m && !m->is_string()) bad("model", "'model' must be a string", "invalid_type");
+  if (const json* m = field(body, "model"); m && !m->is_string())
+    bad("model", "'model' must be a string", "invalid_type");
   pr.stream = boolean(body, "stream", false);
   if (const json* so = field(body, "stream_options")) {
-    if (!so->is_object()) bad("stream_options", "'stream_options' must be an object", "invalid_type");
+    if (!so->is_object())
+      bad("stream_options", "'stream_options' must be an object", "invalid_type");
+    for (const auto& [key, value] : so->items())
+      if (key != "include_usage")
+        bad("stream_options." + key, fmt::format("'stream_options.{}' is not supported", key),
+            "unsupported_parameter");
     pr.include_usage = boolean(*so, "include_usage", false);
   }
-  if (integer(body, "n", 1, 1, std::numeric_limits<int32_t>::max()) != 1) bad("n", "only n = 1 is supported");
+  if (integer(body, "n", 1, 1, std::numeric_limits<int32_t>::max()) != 1)
+    bad("n", "only n = 1 is supported");
 
   GenerateOptions& o = pr.request.options;
   SamplingOptions& s = o.sampling;
@@ -163,51 +428,100 @@ ParsedRequest parse_request(Api api, const std::string& text, Engine& engine) {
   s.presence_penalty = static_cast<float>(number(body, "presence_penalty", 0, -2, 2));
   s.frequency_penalty = static_cast<float>(number(body, "frequency_penalty", 0, -2, 2));
   s.repeat_penalty = static_cast<float>(number(body, "repeat_penalty", 1, 0, 10));
-  if (field(body, "seed")) s.seed = static_cast<uint64_t>(integer(body, "seed", 0, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()));
-  else s.seed = std::random_device{}();
+  if (field(body, "seed"))
+    s.seed = static_cast<uint64_t>(integer(body, "seed", 0, std::numeric_limits<int64_t>::min(),
+                                           std::numeric_limits<int64_t>::max()));
+  else
+    s.seed = std::random_device{}();
   o.stop_at_eog = !boolean(body, "ignore_eos", false);  // llama.cpp extension
   const int kMaxInt = std::numeric_limits<int32_t>::max();
 
   if (api == Api::kCompletion) {
     o.stop = stops(body, "stop");
     o.max_tokens = static_cast<int>(integer(body, "max_tokens", 16, 0, kMaxInt));
+    o.logprobs = static_cast<int>(integer(body, "logprobs", -1, 0, kMaxLogprobs));
     pr.request.prompt = completion_prompt(body, engine);
     pr.prompt_field = "prompt";
     return pr;
   }
   json messages;
-  std::string tools;
+  json tools;
+  ChatPromptOptions prompt_options;
+  const bool use_tools = tools_allowed(body, api);
   if (api == Api::kChat) {
     o.stop = stops(body, "stop");
     const json* msgs = field(body, "messages");
     if (!msgs) bad("messages", "'messages' is required", "missing_required_parameter");
-    messages = normalize_messages(*msgs, "messages", false);
+    messages = openai_messages(*msgs);
     o.max_tokens = static_cast<int>(integer(body, "max_tokens", kMaxInt, 0, kMaxInt));
     if (field(body, "max_completion_tokens"))
       o.max_tokens = static_cast<int>(integer(body, "max_completion_tokens", kMaxInt, 0, kMaxInt));
-    if (const json* t = field(body, "tools")) {
-      if (!t->is_array()) bad("tools", "'tools' must be an array", "invalid_type");
-      tools = to_text(*t);
+    if (const json* t = field(body, "tools")) tools = tool_list(*t, false);
+    if (!boolean(body, "parallel_tool_calls", true)) pr.max_tool_calls = 1;
+    if (boolean(body, "logprobs", false))
+      o.logprobs = static_cast<int>(integer(body, "top_logprobs", 0, 0, kMaxLogprobs));
+    else if (field(body, "top_logprobs"))
+      bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    if (const json* re = field(body, "reasoning_effort")) {
+      if (!re->is_string() || (*re != "low" && *re != "medium" && *re != "high"))
+        bad("reasoning_effort", "'reasoning_effort' must be \"low\", \"medium\" or \"high\"");
+      prompt_options.reasoning_effort = re->get<std::string>();
+    }
+    if (const json* kw = field(body, "chat_template_kwargs")) {
+      if (!kw->is_object())
+        bad("chat_template_kwargs", "'chat_template_kwargs' must be an object", "invalid_type");
+      for (const auto& [key, value] : kw->items())
+        if (key != "enable_thinking")
+          bad("chat_template_kwargs." + key,
+              fmt::format("'chat_template_kwargs.{}' is not supported (only enable_thinking)", key),
+              "unsupported_parameter");
+      if (kw->contains("enable_thinking"))
+        prompt_options.enable_thinking = boolean(*kw, "enable_thinking", true);
     }
   } else {
     o.stop = stops(body, "stop_sequences");
-    if (!field(body, "max_tokens")) bad("max_tokens", "'max_tokens' is required", "missing_required_parameter");
+    if (!field(body, "max_tokens"))
+      bad("max_tokens", "'max_tokens' is required", "missing_required_parameter");
     o.max_tokens = static_cast<int>(integer(body, "max_tokens", 0, 1, kMaxInt));
     const json* msgs = field(body, "messages");
     if (!msgs) bad("messages", "'messages' is required", "missing_required_parameter");
-    messages = normalize_messages(*msgs, "messages", true);
+    messages = anthropic_messages(*msgs);
     if (const json* sys = field(body, "system"))
-      messages.insert(messages.begin(), json{{"role", "system"}, {"content", content_text(*sys, "system")}});
+      messages.insert(messages.begin(),
+                      json{{"role", "system"}, {"content", content_text(*sys, "system")}});
+    if (const json* t = field(body, "tools")) tools = tool_list(*t, true);
+    // Extended thinking: the template's thinking switch; the reasoning counts against max_tokens,
+    // and budget_tokens must stay below it (Anthropic's rule), so max_tokens bounds both.
+    if (const json* th = field(body, "thinking")) {
+      const std::string type = th->is_object() ? th->value("type", "") : "";
+      if (type != "enabled" && type != "disabled")
+        bad("thinking", "'thinking.type' must be \"enabled\" or \"disabled\"");
+      prompt_options.enable_thinking = type == "enabled";
+      if (type == "enabled" && integer(*th, "budget_tokens", 1024, 1, kMaxInt) >= o.max_tokens)
+        bad("thinking.budget_tokens", "'thinking.budget_tokens' must be less than 'max_tokens'");
+    }
   }
   pr.prompt_field = "messages";
+  if (!use_tools) tools = json();
   // Without a chat template the prompt is plain "User:"/"Assistant:" text; stop before the model
   // writes the user's next turn itself.
   for (std::string& stop : chat_stop_strings(engine)) o.stop.push_back(std::move(stop));
+  std::string rendered;
   try {
-    pr.request.prompt = chat_prompt_tokens(engine, to_text(messages), tools);
+    pr.request.prompt =
+        chat_prompt_tokens(engine, to_text(messages), tools.is_null() ? "" : to_text(tools),
+                           &rendered, prompt_options);
   } catch (const std::exception& e) {
     bad("messages", e.what());
   }
+  pr.syntax = chat_syntax(engine.info().chat_template);
+  pr.output.tools = !tools.is_null() && !tools.empty();
+  // A prompt that ends with an open <think> (DeepSeek V4 in thinking mode) starts the reply inside
+  // it.
+  const size_t end = rendered.find_last_not_of(" \n");
+  pr.output.starts_in_reasoning =
+      end != std::string::npos &&
+      std::string_view(rendered).substr(0, end + 1).ends_with("<think>");
   return pr;
 }
 
@@ -219,81 +533,6 @@ nlohmann::json error_body(Api api, const ApiError& e) {
             {"type", e.type},
             {"param", e.param.empty() ? json(nullptr) : json(e.param)},
             {"code", e.code.empty() ? json(nullptr) : json(e.code)}}}};
-}
-
-nlohmann::json ResponseFormat::full(const GenerateResult& r) const {
-  const int n_gen = static_cast<int>(r.tokens.size());
-  if (api == Api::kMessages)
-    return {{"id", id},
-            {"type", "message"},
-            {"role", "assistant"},
-            {"model", model},
-            {"content", json::array({{{"type", "text"}, {"text", r.text}}})},
-            {"stop_reason", stop_reason(r)},
-            {"stop_sequence", nullptr},
-            {"usage", {{"input_tokens", n_prompt_tokens}, {"output_tokens", n_gen}}}};
-  json usage = {{"prompt_tokens", n_prompt_tokens}, {"completion_tokens", n_gen}, {"total_tokens", n_prompt_tokens + n_gen}};
-  json choice = {{"index", 0}, {"finish_reason", finish_reason(r)}, {"logprobs", nullptr}};
-  if (api == Api::kChat) choice["message"] = {{"role", "assistant"}, {"content", r.text}};
-  else choice["text"] = r.text;
-  return {{"id", id},
-          {"object", api == Api::kChat ? "chat.completion" : "text_completion"},
-          {"created", created},
-          {"model", model},
-          {"choices", json::array({choice})},
-          {"usage", usage}};
-}
-
-std::string ResponseFormat::stream_begin() const {
-  if (api == Api::kMessages) {
-    json msg = {{"id", id}, {"type", "message"}, {"role", "assistant"}, {"model", model},
-                {"content", json::array()}, {"stop_reason", nullptr}, {"stop_sequence", nullptr},
-                {"usage", {{"input_tokens", n_prompt_tokens}, {"output_tokens", 0}}}};
-    return sse_event("message_start", {{"type", "message_start"}, {"message", msg}}) +
-           sse_event("content_block_start",
-                     {{"type", "content_block_start"}, {"index", 0}, {"content_block", {{"type", "text"}, {"text", ""}}}}) +
-           sse_event("ping", {{"type", "ping"}});
-  }
-  if (api == Api::kCompletion) return {};
-  return sse({{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model},
-              {"choices", json::array({{{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}},
-                                        {"finish_reason", nullptr}, {"logprobs", nullptr}}})}});
-}
-
-std::string ResponseFormat::stream_text(const std::string& text) const {
-  if (api == Api::kMessages)
-    return sse_event("content_block_delta",
-                     {{"type", "content_block_delta"}, {"index", 0}, {"delta", {{"type", "text_delta"}, {"text", text}}}});
-  json choice = {{"index", 0}, {"finish_reason", nullptr}, {"logprobs", nullptr}};
-  if (api == Api::kChat) choice["delta"] = {{"content", text}};
-  else choice["text"] = text;
-  return sse({{"id", id}, {"object", api == Api::kChat ? "chat.completion.chunk" : "text_completion"},
-              {"created", created}, {"model", model}, {"choices", json::array({choice})}});
-}
-
-std::string ResponseFormat::stream_end(const GenerateResult& r, bool include_usage) const {
-  const int n_gen = static_cast<int>(r.tokens.size());
-  if (api == Api::kMessages)
-    return sse_event("content_block_stop", {{"type", "content_block_stop"}, {"index", 0}}) +
-           sse_event("message_delta", {{"type", "message_delta"},
-                                       {"delta", {{"stop_reason", stop_reason(r)}, {"stop_sequence", nullptr}}},
-                                       {"usage", {{"output_tokens", n_gen}}}}) +
-           sse_event("message_stop", {{"type", "message_stop"}});
-  const char* object = api == Api::kChat ? "chat.completion.chunk" : "text_completion";
-  json choice = {{"index", 0}, {"finish_reason", finish_reason(r)}, {"logprobs", nullptr}};
-  if (api == Api::kChat) choice["delta"] = json::object();
-  else choice["text"] = "";
-  std::string out = sse({{"id", id}, {"object", object}, {"created", created}, {"model", model}, {"choices", json::array({choice})}});
-  if (include_usage)
-    out += sse({{"id", id}, {"object", object}, {"created", created}, {"model", model}, {"choices", json::array()},
-                {"usage", {{"prompt_tokens", n_prompt_tokens}, {"completion_tokens", n_gen},
-                           {"total_tokens", n_prompt_tokens + n_gen}}}});
-  return out + "data: [DONE]\n\n";
-}
-
-std::string ResponseFormat::stream_error(const ApiError& e) const {
-  if (api == Api::kMessages) return sse_event("error", error_body(api, e));
-  return sse(error_body(api, e)) + "data: [DONE]\n\n";
 }
 
 }  // namespace sluice::server

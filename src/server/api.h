@@ -4,11 +4,13 @@
 // Uses only the public API (sluice/sluice.h).
 #pragma once
 
+#include <memory>
 #include <nlohmann/json.hpp>
-
 #include <stdexcept>
 #include <string>
+#include <vector>
 
+#include "sluice/chat_output.h"
 #include "sluice/sluice.h"
 
 namespace sluice::server {
@@ -16,8 +18,12 @@ namespace sluice::server {
 // An error returned to the client: HTTP status plus the OpenAI error object
 // {"error": {"message", "type", "param", "code"}} (Anthropic routes reshape it).
 struct ApiError : std::runtime_error {
-  ApiError(int status, std::string message, std::string type, std::string param = {}, std::string code = {})
-      : std::runtime_error(message), status(status), type(std::move(type)), param(std::move(param)),
+  ApiError(int status, std::string message, std::string type, std::string param = {},
+           std::string code = {})
+      : std::runtime_error(message),
+        status(status),
+        type(std::move(type)),
+        param(std::move(param)),
         code(std::move(code)) {}
   int status;
   std::string type, param, code;
@@ -31,6 +37,9 @@ struct ParsedRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   std::string prompt_field;    // the field named when the prompt does not fit: messages or prompt
+  ChatSyntax syntax = ChatSyntax::kPlain;  // chat and messages: how the reply is read back
+  ChatOutputOptions output;
+  int max_tool_calls = -1;  // parallel_tool_calls false: 1; else unbounded
 };
 
 // Parses and validates a request body for `api`; tokenizes the prompt (chat: through the model's
@@ -38,24 +47,50 @@ struct ParsedRequest {
 ParsedRequest parse_request(Api api, const std::string& body, Engine& engine);
 
 // Serializes for the wire; invalid UTF-8 (never expected) becomes U+FFFD instead of throwing.
-inline std::string to_text(const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
+inline std::string to_text(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
 
 // Error bodies: OpenAI shape, or Anthropic's {"type":"error","error":{"type","message"}}.
 nlohmann::json error_body(Api api, const ApiError& e);
 
-// Response formatting for one request. `id` and `created` are fixed per request.
-struct ResponseFormat {
-  Api api;
+// Response formatting for one request. `id` and `created` are fixed per request. For chat and
+// messages the generated text goes through the model family's ChatOutputParser, so reasoning and
+// tool calls leave as their own fields (reasoning_content / thinking, tool_calls / tool_use).
+// Stateful (the parser, Anthropic's open content block): one per request, used from one thread.
+class ResponseFormat {
+ public:
+  Api api = Api::kChat;
   std::string id, model;
   int64_t created = 0;
   int n_prompt_tokens = 0;  // the whole prompt (cached prefix included), for usage
+  ChatSyntax syntax = ChatSyntax::kPlain;
+  ChatOutputOptions output;
+  int max_tool_calls = -1;
+  const Engine* engine = nullptr;  // token texts for logprobs (GenerateOptions::logprobs ≥ 0)
 
-  nlohmann::json full(const GenerateResult& r) const;  // non-streaming body
+  nlohmann::json full(const GenerateResult& r);  // non-streaming body
   // SSE events, each a complete "data: ...\n\n" (or "event: ...\ndata: ...\n\n") block.
-  std::string stream_begin() const;
-  std::string stream_text(const std::string& text) const;
-  std::string stream_end(const GenerateResult& r, bool include_usage) const;
+  std::string stream_begin();
+  std::string stream_text(const std::string& text, const std::vector<TokenLogprob>& logprobs);
+  std::string stream_end(const GenerateResult& r, bool include_usage);
   std::string stream_error(const ApiError& e) const;
+
+ private:
+  bool parsed() const { return api != Api::kCompletion; }
+  std::vector<ChatDelta> read(const std::string& text, bool final);
+  nlohmann::json logprobs_json(const std::vector<TokenLogprob>& lps);
+  std::string chat_chunk(nlohmann::json delta, nlohmann::json logprobs) const;
+  std::string anthropic_block(const ChatDelta& d);
+  std::string anthropic_close();
+  std::string stream_deltas(const std::vector<ChatDelta>& deltas, nlohmann::json logprobs);
+
+  std::shared_ptr<ChatOutputParser> parser_;
+  int n_calls_ = 0;  // tool calls passed on (max_tool_calls drops the rest)
+  int block_ = -1;   // Anthropic: index of the open content block, −1 when none
+  int next_block_ = 0;
+  ChatDelta::Kind block_kind_ = ChatDelta::Kind::kContent;
+  size_t text_offset_ = 0;  // completions logprobs: bytes of text before the next token
 };
 
 }  // namespace sluice::server

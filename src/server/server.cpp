@@ -171,6 +171,10 @@ class Routes {
     format.model = options_.model_name;
     format.created = static_cast<int64_t>(std::time(nullptr));
     format.n_prompt_tokens = static_cast<int>(pr.request.prompt.size());
+    format.syntax = pr.syntax;
+    format.output = pr.output;
+    format.max_tool_calls = pr.max_tool_calls;
+    if (pr.request.options.logprobs >= 0) format.engine = &engine_;
 
     const Clock::time_point submitted = Clock::now();
     Submission sub = scheduler_.submit(std::move(pr.request));
@@ -249,7 +253,7 @@ class Routes {
 
   // Non-streaming: waits for the final event, checking the connection every 100 ms; a client that
   // has gone away cancels the request, which frees its slot at the next token boundary.
-  void wait_full(Api api, const ResponseFormat& format, const std::shared_ptr<CompletionHandle>& h,
+  void wait_full(Api api, ResponseFormat& format, const std::shared_ptr<CompletionHandle>& h,
                  Clock::time_point submitted, httplib::Response& res) {
     CompletionEvent ev;
     bool first = true, cancelled = false;
@@ -295,7 +299,7 @@ class Routes {
       if (ev.kind == CompletionEvent::Kind::kText) {
         if (st.first_text) counters_.ttft.observe(seconds_since(st.submitted));
         st.first_text = false;
-        out += st.format.stream_text(ev.text);
+        out += st.format.stream_text(ev.text, ev.logprobs);
       } else {
         st.finished = true;
         counters_.latency.observe(seconds_since(st.submitted));

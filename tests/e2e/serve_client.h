@@ -106,8 +106,8 @@ inline Http http(int port, const std::string& method, const std::string& path,
 // `sluice serve --port 0 ...` as a child process; stderr goes to a file in the scratch dir.
 class Server {
  public:
-  explicit Server(std::vector<std::string> args) {
-    args.insert(args.begin(), {SLUICE_BIN, "serve", "-m", kModel, "--port", "0", "-t", "1"});
+  explicit Server(std::vector<std::string> args, const std::string& model = kModel) {
+    args.insert(args.begin(), {SLUICE_BIN, "serve", "-m", model, "--port", "0", "-t", "1"});
     log_ = (sluice::test::scratch_dir() /
             ("serve-" + std::to_string(reinterpret_cast<uintptr_t>(this)) + ".log"))
                .string();

@@ -1,6 +1,7 @@
 // Client tests of `sluice serve` with the official `openai` npm client (tests/e2e/serve_test.cpp
 // starts the server and runs this). usage: node serve_openai.mjs BASE_URL API_KEY
-// Checks chat and completions, streaming and not, usage, stop sequences, and that 8 concurrent
+// Checks chat and completions, streaming and not, usage, stop sequences, logprobs, a 400 for an
+// unsupported field, a tool-call turn, and that 8 concurrent
 // greedy requests each get exactly the reply the same request gets alone. Prints one line per
 // check; exits 1 on the first failure.
 import assert from "node:assert/strict";
@@ -124,6 +125,30 @@ await check("errors: a bad parameter is a 400 naming the field", async () => {
     assert.equal(e.param, "temperature");
     return true;
   });
+});
+
+await check("logprobs and unsupported fields through the client", async () => {
+  const r = await chat("And God said", { max_tokens: 4, logprobs: true, top_logprobs: 2 });
+  const lp = r.choices[0].logprobs.content;
+  assert.equal(lp.length, r.usage.completion_tokens);
+  for (const t of lp) {
+    assert.equal(t.top_logprobs.length, 2);
+    assert.equal(t.top_logprobs[0].token, t.token);  // greedy
+  }
+  await assert.rejects(chat("hi", { response_format: { type: "json_object" } }), (e) => {
+    assert.equal(e.status, 400);
+    assert.equal(e.param, "response_format");
+    return true;
+  });
+  // A tool-call turn and its result are accepted in the shape the client builds.
+  const tools = [{ type: "function", function: { name: "f", parameters: { type: "object", properties: {} } } }];
+  const t = await client.chat.completions.create({
+    model: "sluice", max_tokens: 2, ...greedy, tools,
+    messages: [{ role: "user", content: "call f" },
+               { role: "assistant", content: null, tool_calls: [{ id: "c1", type: "function", function: { name: "f", arguments: "{}" } }] },
+               { role: "tool", tool_call_id: "c1", content: "done" }],
+  });
+  assert.equal(t.choices[0].message.role, "assistant");
 });
 
 await check("concurrency: 8 clients get their single-client greedy replies", async () => {
