@@ -64,9 +64,9 @@ bool Generation::limit_reached(int n_used, int n_ctx) {
   return finished_;
 }
 
-Generation::Sampled Generation::sample(std::span<const float> logits) { return accept(sampler_.sample(logits)); }
+Generation::Sampled Generation::sample(std::span<const float> logits) { return accept(sampler_.sample(logits), logits); }
 
-Generation::Sampled Generation::accept(int32_t token) {
+Generation::Sampled Generation::accept(int32_t token, std::span<const float> logits) {
   Sampled s;
   s.token = token;
   sampler_.accept(s.token);
@@ -76,7 +76,7 @@ Generation::Sampled Generation::accept(int32_t token) {
     return s;
   }
   s.emitted = true;
-  if (options_.logprobs >= 0)
+  if (options_.logprobs >= 0 && !logits.empty())
     result_.logprobs.push_back(token_logprob(logits, s.token, options_.logprobs));
   s.text = stops_.push(decoder_.push(s.token));
   result_.text += s.text;

@@ -58,8 +58,9 @@ class Generation {
   // Samples the next token; finishes on end of generation, a stop string or max_tokens.
   Sampled sample(std::span<const float> logits);
   // Takes `token` as the next one, chosen elsewhere (the last pipeline stage sampled it): the
-  // same accounting as sample() without the sampling.
-  Sampled accept(int32_t token);
+  // same accounting as sample() without the sampling. `logits` (empty on a stage without them)
+  // give the token's log-probabilities when the request asks for them.
+  Sampled accept(int32_t token, std::span<const float> logits = {});
   // Log-probabilities recorded since the previous call (GenerateOptions::logprobs ≥ 0).
   std::vector<TokenLogprob> take_logprobs();
   // The caller stops the request (client gone, callback refused, timeout).
