@@ -82,10 +82,11 @@ TEST(KvTypes, Q8_0AgreesWithF32OnPrompt2OfEveryReferenceModel) {
     const double agree = top1_agreement(f32, q8, toks.size());
     std::printf("[%s prompt2] q8_0 K+V vs f32: top-1 agreement %.4f, max|dlogit| %.3g\n", model.c_str(), agree,
                 max_abs_diff(f32, q8));
-    // The issue asks for 0.95. With keys dotted against the unrounded query, measured 0.925
-    // (gptoss), 0.940 (mixtral), 0.953-0.962 (glm4moe, deepseek2, qwen3moe): q8_0 K or V alone
-    // each cost gptoss and mixtral 4-6 %, through near-tied routing decisions of these
-    // random-weight models (see the f16 test). This pins the level reached.
+    // The issue asks for 0.95. With keys dotted against the unrounded query and fitted block
+    // scales, measured 0.936 (mixtral), 0.948 (gptoss), 0.962-0.965 (deepseek2, qwen3moe,
+    // glm4moe); the misses come from near-tied routing decisions of these random-weight models
+    // (see the f16 test), so single models move by ~1 % either way with any change of rounding.
+    // This pins the level reached.
     EXPECT_GE(agree, 0.92);
     ++checked;
   }

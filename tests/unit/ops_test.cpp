@@ -293,6 +293,32 @@ TEST(KvKeyDot, F32QueryKernelsMatchDequantizedRowsAndTheirTwins) {
   EXPECT_THROW(f32_activation_dot(GgmlType::Q4_K), Error);
 }
 
+// The cache's q8_0 fits each block's scale: its squared error is never above plain q8_0
+// quantization's (amax/127) and, over many blocks, clearly below.
+TEST(KvCache, Q8_0StoreFitsTheScale) {
+  const int n = 32 * 64;
+  const auto x = randn(n, 21);
+  std::vector<std::byte> raw(kv_head_bytes(KvType::kQ8_0, n)), plain(raw.size());
+  std::vector<float> y(n), z(n);
+  kv_store_head(KvType::kQ8_0, x.data(), n, raw.data());
+  kv_load_head(KvType::kQ8_0, raw.data(), n, y.data());
+  scalar::quantize_row_q8_0(x.data(), plain.data(), n);
+  dequantize_row(GgmlType::Q8_0, plain.data(), z.data(), n);
+  double fitted = 0, base = 0;
+  for (int b = 0; b < n / 32; ++b) {
+    double eb = 0, pb = 0;
+    for (int i = b * 32; i < b * 32 + 32; ++i) {
+      eb += (y[i] - x[i]) * (y[i] - x[i]);
+      pb += (z[i] - x[i]) * (z[i] - x[i]);
+    }
+    EXPECT_LE(eb, pb * (1 + 1e-6)) << "block " << b;
+    fitted += eb;
+    base += pb;
+  }
+  std::printf("q8_0 store: squared error %.4g fitted vs %.4g plain (ratio %.3f)\n", fitted, base, fitted / base);
+  EXPECT_LT(fitted, 0.95 * base);
+}
+
 // The stored round trip per type: f16 and bf16 round each value; q8_0 keeps each within half a
 // step of amax/127 of its block, q4_0 within a step of amax/8.
 TEST(KvCache, TypeRoundTripErrors) {
