@@ -9,6 +9,13 @@
 
 namespace sluice {
 
+void ds4_require_f32_kv(const KvCacheConfig& config) {
+  if (config.type_k != KvType::kF32 || config.type_v != KvType::kF32)
+    fail("deepseek4 keeps its KV cache (window ring, pooled rows, compressor states) in f32 only; "
+         "--cache-type-k {} --cache-type-v {} is not supported for this model",
+         kv_type_name(config.type_k), kv_type_name(config.type_v));
+}
+
 namespace {
 constexpr uint64_t kF32 = sizeof(float);
 }

@@ -21,6 +21,10 @@
 
 namespace sluice {
 
+// The cache keeps its window ring, pooled rows and compressor states in f32 only: throws the
+// refusal (the engine's and `sluice inspect`'s) for any other configured type.
+void ds4_require_f32_kv(const KvCacheConfig& config);
+
 struct Ds4CacheShape {
   std::vector<int> ratio;  // per layer: 0, 4 or 128
   int head_dim = 0;        // D: raw keys and pooled rows

@@ -38,6 +38,40 @@ void quantize_q4_0(const float* x, BlockQ4_0* out, int64_t n_blocks) {
   }
 }
 
+// GGML's Q8_0 layout with the scale fitted per block: codes from a few scales around amax/127
+// (the larger ones clip the extreme value to ±127/−128), each refitted by least squares,
+// d = Σ x·q / Σ q², and the pair with the smallest squared error (d rounded to f16 as stored)
+// kept. The codes are read as any q8_0; only the cache's rounding error shrinks.
+void quantize_q8_0_fitted(const float* x, BlockQ8_0* out, int64_t n_blocks) {
+  for (int64_t b = 0; b < n_blocks; ++b, x += 32) {
+    float amax = 0.0f;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+    out[b].d = 0;
+    std::fill(std::begin(out[b].qs), std::end(out[b].qs), int8_t{0});
+    if (amax == 0.0f) continue;
+    double best = INFINITY;
+    for (int k = -10; k <= 10; ++k) {
+      const float inv = (127.0f + 0.1f * static_cast<float>(k)) / amax;
+      int8_t q[32];
+      double xq = 0, qq = 0;
+      for (int i = 0; i < 32; ++i) {
+        q[i] = static_cast<int8_t>(std::clamp(std::nearbyint(x[i] * inv), -128.0f, 127.0f));
+        xq += static_cast<double>(x[i]) * q[i];
+        qq += static_cast<double>(q[i]) * q[i];
+      }
+      const uint16_t dh = fp32_to_fp16(static_cast<float>(xq / qq));
+      const double d = fp16_to_fp32(dh);
+      double err = 0;
+      for (int i = 0; i < 32; ++i) err += (x[i] - d * q[i]) * (x[i] - d * q[i]);
+      if (err < best) {
+        best = err;
+        out[b].d = dh;
+        std::copy_n(q, 32, out[b].qs);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 GgmlType kv_storage_type(KvType t) {
@@ -75,7 +109,7 @@ void kv_store_head(KvType t, const float* x, int dim, std::byte* dst) {
       thread_local std::vector<float> buf;
       buf.assign(padded, 0.0f);
       std::copy_n(x, dim, buf.begin());
-      if (t == KvType::kQ8_0) scalar::quantize_row_q8_0(buf.data(), dst, padded);
+      if (t == KvType::kQ8_0) quantize_q8_0_fitted(buf.data(), reinterpret_cast<BlockQ8_0*>(dst), padded / 32);
       else quantize_q4_0(buf.data(), reinterpret_cast<BlockQ4_0*>(dst), padded / 32);
       return;
     }

@@ -110,6 +110,7 @@ KvEstimate estimate_kv(const ModelSummary& m, int64_t ctx, const KvCacheConfig& 
   if (m.arch == "deepseek4") {
     // The cache's own rule (kv/ds4_cache.h): pooled rows and indexer keys per position, plus the
     // window ring and compressor states of every layer.
+    ds4_require_f32_kv(config);
     if (!m.key_length || !m.sliding_window || static_cast<int64_t>(m.compress_ratios.size()) < kv.n_layer) return kv;
     Ds4CacheShape shape;
     shape.ratio.assign(m.compress_ratios.begin(), m.compress_ratios.begin() + kv.n_layer);

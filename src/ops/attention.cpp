@@ -9,9 +9,10 @@
 // exp-sum and unnormalised value sum, and a merge rescales them to the common maximum (the
 // flash-decoding identity). Short contexts keep the single pass, so their results are unchanged.
 //
-// The cache's stored types are read directly: f16/bf16 keys through their dot kernels with the f32
-// query, q8_0/q4_0 keys through theirs with the query quantized to q8_0 once per (token, head)
-// (padded with zeros to whole blocks, as the stored heads are); values are dequantized per row.
+// The cache's stored types are read directly: every key type is dotted with the f32 query itself
+// (keys widened to f32 inside the kernel), so only the stored rounding reaches the scores; a
+// q8_0-rounded query would add its own error. The query is padded with zeros to whole blocks, as
+// the stored heads are; values are dequantized per row and summed in f32.
 // An f32 cache takes exactly the f32 path it always did.
 #include "ops/attention.h"
 
@@ -41,8 +42,7 @@ struct Pair {
 thread_local std::vector<float> t_scores;
 thread_local std::vector<float> t_acc;
 thread_local std::vector<float> t_row;         // a dequantized value row
-thread_local std::vector<float> t_qpad;        // the query padded to whole blocks
-thread_local std::vector<std::byte> t_qquant;  // the query in the key dot's activation format
+thread_local std::vector<float> t_qpad;  // the query padded to whole blocks
 
 class Attender {
  public:
@@ -50,7 +50,7 @@ class Attender {
            const int32_t* seq, const int32_t* pos)
       : p_(p), kv_(kv), layer_(layer), q_(q), seq_(seq), pos_(pos),
         kt_(kv.type_k()), vt_(p.values_in_keys ? kv.type_k() : kv.type_v()),
-        kd_(dot_kernels(kv_storage_type(kt_))),
+        kdot_(f32_activation_dot(kv_storage_type(kt_))),
         k_pad_(kv_padded_dim(kt_, p.head_dim_k)),
         k_head_(kv_head_bytes(kt_, p.head_dim_k)),
         v_dim_(p.values_in_keys ? p.head_dim_k : p.head_dim_v),
@@ -69,24 +69,22 @@ class Attender {
             h / (p_.n_head / p_.n_head_kv)};
   }
 
-  // The query in the format the key dot kernel reads (the f32 query itself for f32/f16/bf16 keys);
-  // valid until the next call on this thread.
-  const void* query(const Pair& pr) const {
-    if (kd_.vec_dot_type == GgmlType::F32) return pr.q;
+  // The query padded to the stored head's whole blocks (itself when no padding is needed); valid
+  // until the next call on this thread.
+  const float* query(const Pair& pr) const {
+    if (k_pad_ == p_.head_dim_k) return pr.q;
     t_qpad.assign(k_pad_, 0.0f);
     std::copy_n(pr.q, p_.head_dim_k, t_qpad.begin());
-    t_qquant.resize(row_bytes(kd_.vec_dot_type, k_pad_));
-    kd_.quantize(t_qpad.data(), t_qquant.data(), k_pad_);
-    return t_qquant.data();
+    return t_qpad.data();
   }
 
   // Scaled q·k for positions [k0, k1) into scores[0..); returns their maximum (−inf if empty).
-  float scores(const Pair& pr, const void* q, int32_t k0, int32_t k1, float* scores) const {
+  float scores(const Pair& pr, const float* q, int32_t k0, int32_t k1, float* scores) const {
     float mx = -INFINITY;
-    const int n = kt_ == KvType::kF32 ? p_.head_dim_k : k_pad_;
+    const int n = k_pad_;
     for (int32_t k = k0; k < k1; ++k) {
       const std::byte* kr = kv_.k_row(pr.seq, layer_, k) + pr.kvh * k_head_;
-      const float dot = kd_.vec_dot(n, kr, q) * p_.scale;
+      const float dot = kdot_(n, kr, q) * p_.scale;
       scores[k - k0] = dot;
       mx = std::max(mx, dot);
     }
@@ -129,7 +127,7 @@ class Attender {
   const int32_t* seq_;
   const int32_t* pos_;
   KvType kt_, vt_;
-  DotKernels kd_;
+  VecDotFn kdot_;  // stored keys · f32 query
   int k_pad_;
   uint64_t k_head_;
   int v_dim_;  // floats per stored value head (MLA: the whole key row)

@@ -262,6 +262,22 @@ DotKernels dot_kernels(GgmlType weight, Isa isa) {
   }
 }
 
+VecDotFn f32_activation_dot(GgmlType weight) {
+  const bool simd = active_isa() >= Isa::Avx2;
+  switch (weight) {
+    case GgmlType::F32:
+    case GgmlType::F16:
+    case GgmlType::BF16:
+      return dot_kernels(weight).vec_dot;
+    case GgmlType::Q8_0:
+      return simd ? avx2::vec_dot_q8_0_f32 : scalar::vec_dot_q8_0_f32;
+    case GgmlType::Q4_0:
+      return simd ? avx2::vec_dot_q4_0_f32 : scalar::vec_dot_q4_0_f32;
+    default:
+      fail("f32_activation_dot: no f32-activation dot kernel for {}", type_name(weight));
+  }
+}
+
 void quantize_row_q8_0(const float* x, void* y, int64_t n) {
   if (active_isa() >= Isa::Avx2) return avx2::quantize_row_q8_0(x, y, n);
   scalar::quantize_row_q8_0(x, y, n);

@@ -56,6 +56,10 @@ inline DotKernels dot_kernels(GgmlType weight) {
   return dot_kernels(weight, active_isa());
 }
 
+// A dot kernel of the active set that reads `weight` rows against unrounded f32 activations: F32,
+// F16, BF16, Q8_0 and Q4_0 (attention's keys against the query). Throws sluice::Error otherwise.
+VecDotFn f32_activation_dot(GgmlType weight);
+
 // Activation quantizers through the active set.
 void quantize_row_q8_0(const float* x, void* y, int64_t n);
 void quantize_row_q8_K(const float* x, void* y, int64_t n);

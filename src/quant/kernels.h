@@ -41,6 +41,10 @@ void quantize_row_q8_K(const float* x, void* y, int64_t n);
 float vec_dot_f32(int64_t n, const void* w, const void* x);
 float vec_dot_f16(int64_t n, const void* w, const void* x);
 float vec_dot_bf16(int64_t n, const void* w, const void* x);
+// Block-quantized rows against f32 activations (the KV cache's keys against an unrounded
+// query): each value is scale * int, summed in f32.
+float vec_dot_q8_0_f32(int64_t n, const void* w, const void* x);
+float vec_dot_q4_0_f32(int64_t n, const void* w, const void* x);
 
 float vec_dot_q8_0(int64_t n, const void* w, const void* x);
 float vec_dot_q4_0(int64_t n, const void* w, const void* x);
@@ -74,6 +78,10 @@ void quantize_row_q8_K(const float* x, void* y, int64_t n);
 float vec_dot_f32(int64_t n, const void* w, const void* x);
 float vec_dot_f16(int64_t n, const void* w, const void* x);
 float vec_dot_bf16(int64_t n, const void* w, const void* x);
+// Block-quantized rows against f32 activations (the KV cache's keys against an unrounded
+// query): each value is scale * int, summed in f32.
+float vec_dot_q8_0_f32(int64_t n, const void* w, const void* x);
+float vec_dot_q4_0_f32(int64_t n, const void* w, const void* x);
 
 float vec_dot_q8_0(int64_t n, const void* w, const void* x);
 float vec_dot_q4_0(int64_t n, const void* w, const void* x);

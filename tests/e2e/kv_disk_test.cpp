@@ -1,6 +1,8 @@
 // --kv-disk at the scheduler: a 1000-token context evicted at stop survives a restart (a new engine
 // and scheduler on the same directory), and a prompt sharing that prefix prefills only its suffix
-// with the tokens a fresh session generates; an unreadable file in the directory is skipped.
+// with the tokens a fresh session generates; an unreadable file in the directory is skipped. The
+// same over HTTP: `sluice serve --kv-disk` stopped by SIGTERM and started again prefills only the
+// suffix, as /metrics counts it.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -10,6 +12,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "serve_client.h"
 #include "sluice/sluice.h"
 
 namespace fs = std::filesystem;
@@ -81,6 +84,42 @@ TEST(KvDisk, SharedPrefixSurvivesARestartAndPrefillsOnlyTheSuffix) {
     const sluice::SchedulerStats st = sched.stats();
     EXPECT_EQ(st.kv_disk_hits, 1u);
     EXPECT_GT(st.kv_disk_bytes_read, 0u);
+  }
+  fs::remove_all(dir);
+}
+
+TEST(KvDisk, ServeRestartPrefillsOnlyTheSuffixOfASharedPrefix) {
+  namespace sv = sluice::test::serve;
+  std::ifstream in(std::string(SLUICE_TESTDATA) + "/reference/gptoss-f32.prompt2.json");
+  const auto toks = nlohmann::json::parse(in)["tokens"].get<std::vector<int32_t>>();
+  const std::vector<int32_t> a(toks.begin(), toks.begin() + 1000);
+  std::vector<int32_t> b = a;
+  b.insert(b.end(), toks.begin() + 1060, toks.begin() + 1100);
+  const fs::path dir = sluice::test::scratch_dir() / ("kv_disk_serve_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  const std::vector<std::string> args = {"-c", "1200", "--parallel", "1", "--kv-disk", dir.string(), "--api-key", sv::kKey};
+  auto complete = [](int port, const std::vector<int32_t>& prompt) {
+    const nlohmann::json body = {{"prompt", prompt}, {"max_tokens", 2}, {"temperature", 0}, {"ignore_eos", true}};
+    const sv::Http h = sv::http(port, "POST", "/v1/completions", body.dump());
+    EXPECT_EQ(h.status, 200) << h.body;
+    EXPECT_EQ(h.j()["usage"]["prompt_tokens"], prompt.size()) << h.body;
+  };
+  {
+    sv::Server server(args, kModel);
+    ASSERT_GT(server.port(), 0) << "server did not start; log: " << server.log();
+    complete(server.port(), a);
+    EXPECT_EQ(sv::metrics(server.port()).value("sluice_kv_disk_misses_total", 0.0), 1.0);
+  }  // SIGTERM: the idle slot's context goes to the directory
+  {
+    sv::Server server(args, kModel);
+    ASSERT_GT(server.port(), 0) << "server did not start; log: " << server.log();
+    complete(server.port(), b);
+    const nlohmann::json m = sv::metrics(server.port());
+    EXPECT_EQ(m.value("sluice_kv_disk_hits_total", 0.0), 1.0);
+    EXPECT_GT(m.value("sluice_kv_disk_read_bytes_total", 0.0), 0.0);
+    EXPECT_EQ(m.value("sluice_prompt_tokens_reused_total", 0.0), 1000.0);
+    // Rows evaluated over the prompt: only the 40-token suffix.
+    EXPECT_EQ(m.value("sluice_batch_tokens_total", 0.0) - m.value("sluice_decode_tokens_total", 0.0), 40.0) << m.dump();
   }
   fs::remove_all(dir);
 }

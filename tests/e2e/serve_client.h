@@ -103,7 +103,8 @@ inline Http http(int port, const std::string& method, const std::string& path,
   return raw_http(port, request_text(method, path, body, auth));
 }
 
-// `sluice serve --port 0 ...` as a child process; stderr goes to a file in the scratch dir.
+// `sluice serve --port 0 ...` as a child process (on the shipped model unless `model` names
+// another); stderr goes to a file in the scratch dir.
 class Server {
  public:
   explicit Server(std::vector<std::string> args, const std::string& model = kModel) {

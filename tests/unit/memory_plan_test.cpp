@@ -2,6 +2,7 @@
 // estimate), and the promise it exists for: `inspect` plans exactly what Engine::load does.
 #include <gtest/gtest.h>
 
+#include "core/error.h"
 #include "core/units.h"
 #include "gguf/gguf.h"
 #include "model/memory_plan.h"
@@ -176,6 +177,29 @@ TEST(MemoryPlan, InspectPlansWhatEngineLoadDoesPerKvType) {
       EXPECT_EQ(r.plan.kv_bytes, 2 * r.kv.bytes);
     }
   }
+}
+
+// deepseek4 keeps its cache in f32 only: inspect refuses other types with the engine's message.
+TEST(MemoryPlan, InspectRefusesKvTypesTheEngineRefuses) {
+  const std::string path = test::testdata("reference/deepseek4-f32.gguf");
+  auto file = gguf::File::open(path);
+  SizingOptions o{512, uint64_t{256} << 20, 1};
+  o.kv = engine_kv_config(KvType::kQ8_0, KvType::kF32);
+  std::string inspect_err, engine_err;
+  try {
+    analyze_model(*file, o);
+  } catch (const Error& e) {
+    inspect_err = e.what();
+  }
+  try {
+    Engine::load({.model_path = path, .n_threads = 1, .n_ctx = 512, .kv_type_k = KvType::kQ8_0});
+  } catch (const Error& e) {
+    engine_err = e.what();
+  }
+  EXPECT_NE(inspect_err.find("f32 only"), std::string::npos) << inspect_err;
+  EXPECT_NE(engine_err.find(inspect_err), std::string::npos) << engine_err;
+  o.kv = engine_kv_config(KvType::kF32, KvType::kF32);
+  EXPECT_GT(analyze_model(*file, o).kv.bytes, 0u);
 }
 
 // inspect --ram B and run --mem-limit B on the same file and context: same placement, cache and KV.

@@ -233,8 +233,8 @@ TEST(KvCache, BlocksGrowAndPrefixCopies) {
 }
 
 // Stored types: attention over an f16/bf16/q8_0/q4_0 cache equals the dense softmax over what the
-// cache holds (dequantized rows; for q8_0/q4_0 keys also the query rounded through q8_0, as the
-// dot kernel reads it). Head size 40 pads the quantized heads to 64 values.
+// cache holds (dequantized rows) with the unrounded f32 query. Head size 40 pads the quantized
+// heads to 64 values.
 class KvTypeAttention : public ::testing::TestWithParam<KvType> {};
 
 TEST_P(KvTypeAttention, MatchesDenseOverStoredRows) {
@@ -247,28 +247,77 @@ TEST_P(KvTypeAttention, MatchesDenseOverStoredRows) {
     const KvData data = fill_kv(kv, 1, 30, c.n_head_kv * hd);
     const std::vector<int32_t> seq = {0, 0}, pos = {29, 11};
     auto q = randn(seq.size() * c.n_head * hd, 3);
-    std::vector<float> qref = q;
-    if (t == KvType::kQ8_0 || t == KvType::kQ4_0)
-      for (size_t r = 0; r < q.size() / hd; ++r) {
-        std::vector<float> pad(kv_padded_dim(KvType::kQ8_0, hd), 0.0f);
-        std::copy_n(q.begin() + r * hd, hd, pad.begin());
-        std::vector<std::byte> qq(row_bytes(GgmlType::Q8_0, pad.size()));
-        quantize_row_q8_0(pad.data(), qq.data(), static_cast<int64_t>(pad.size()));
-        dequantize_row(GgmlType::Q8_0, qq.data(), pad.data(), static_cast<int64_t>(pad.size()));
-        std::copy_n(pad.begin(), hd, qref.begin() + r * hd);
-      }
     auto sinks = randn(c.n_head, 4);
     AttentionParams ap{c.n_head, c.n_head_kv, hd, hd, 0.3f, 0, sinks.data()};
     std::vector<float> out(seq.size() * c.n_head * hd);
     ThreadPool pool(2);
     attention(pool, ap, kv, 0, q.data(), seq.data(), pos.data(), 2, out.data());
-    expect_dense(c, data, qref, sinks, seq, pos, out, 0.3f, 2e-5);
+    expect_dense(c, data, q, sinks, seq, pos, out, 0.3f, 2e-5);
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, KvTypeAttention,
                          ::testing::Values(KvType::kF16, KvType::kBF16, KvType::kQ8_0, KvType::kQ4_0),
                          [](const auto& info) { return std::string(kv_type_name(info.param)); });
+
+// The key kernels that read stored rows against the f32 query: the scalar kernel equals the
+// dequantized row's dot (in double) up to float rounding, and the AVX2 twin equals the scalar one.
+TEST(KvKeyDot, F32QueryKernelsMatchDequantizedRowsAndTheirTwins) {
+  const int n = 256;
+  for (KvType t : {KvType::kF32, KvType::kF16, KvType::kBF16, KvType::kQ8_0, KvType::kQ4_0}) {
+    SCOPED_TRACE(kv_type_name(t));
+    for (uint32_t seed = 1; seed <= 8; ++seed) {
+      const auto k = randn(n, seed), q = randn(n, 100 + seed);
+      std::vector<std::byte> raw(kv_head_bytes(t, n));
+      std::vector<float> deq(n);
+      kv_store_head(t, k.data(), n, raw.data());
+      kv_load_head(t, raw.data(), n, deq.data());
+      double ref = 0, mag = 0;
+      for (int i = 0; i < n; ++i) {
+        ref += static_cast<double>(deq[i]) * q[i];
+        mag += std::fabs(static_cast<double>(deq[i]) * q[i]);
+      }
+      const GgmlType st = kv_storage_type(t);
+      const float scalar = t == KvType::kQ8_0   ? scalar::vec_dot_q8_0_f32(n, raw.data(), q.data())
+                           : t == KvType::kQ4_0 ? scalar::vec_dot_q4_0_f32(n, raw.data(), q.data())
+                                                : dot_kernels(st, Isa::Scalar).vec_dot(n, raw.data(), q.data());
+      EXPECT_NEAR(scalar, ref, 1e-5 * mag);
+      EXPECT_NEAR(f32_activation_dot(st)(n, raw.data(), q.data()), scalar, 1e-5 * mag);
+      if (!cpu_has_avx2()) continue;
+      const float simd = t == KvType::kQ8_0   ? avx2::vec_dot_q8_0_f32(n, raw.data(), q.data())
+                         : t == KvType::kQ4_0 ? avx2::vec_dot_q4_0_f32(n, raw.data(), q.data())
+                                              : dot_kernels(st, Isa::Avx2).vec_dot(n, raw.data(), q.data());
+      EXPECT_NEAR(simd, scalar, 1e-5 * mag);
+    }
+  }
+  EXPECT_THROW(f32_activation_dot(GgmlType::Q4_K), Error);
+}
+
+// The cache's q8_0 fits each block's scale: its squared error is never above plain q8_0
+// quantization's (amax/127) and, over many blocks, clearly below.
+TEST(KvCache, Q8_0StoreFitsTheScale) {
+  const int n = 32 * 64;
+  const auto x = randn(n, 21);
+  std::vector<std::byte> raw(kv_head_bytes(KvType::kQ8_0, n)), plain(raw.size());
+  std::vector<float> y(n), z(n);
+  kv_store_head(KvType::kQ8_0, x.data(), n, raw.data());
+  kv_load_head(KvType::kQ8_0, raw.data(), n, y.data());
+  scalar::quantize_row_q8_0(x.data(), plain.data(), n);
+  dequantize_row(GgmlType::Q8_0, plain.data(), z.data(), n);
+  double fitted = 0, base = 0;
+  for (int b = 0; b < n / 32; ++b) {
+    double eb = 0, pb = 0;
+    for (int i = b * 32; i < b * 32 + 32; ++i) {
+      eb += (y[i] - x[i]) * (y[i] - x[i]);
+      pb += (z[i] - x[i]) * (z[i] - x[i]);
+    }
+    EXPECT_LE(eb, pb * (1 + 1e-6)) << "block " << b;
+    fitted += eb;
+    base += pb;
+  }
+  std::printf("q8_0 store: squared error %.4g fitted vs %.4g plain (ratio %.3f)\n", fitted, base, fitted / base);
+  EXPECT_LT(fitted, 0.95 * base);
+}
 
 // The stored round trip per type: f16 and bf16 round each value; q8_0 keeps each within half a
 // step of amax/127 of its block, q4_0 within a step of amax/8.

@@ -199,10 +199,7 @@ class DeepSeek4 final : public Model {
     // The window ring, pooled rows and compressor states are f32: the compressors keep running
     // softmax-pooled sums in them and the indexer scores against them, which lower-precision rows
     // would change in ways no reference pins yet.
-    if (config.type_k != KvType::kF32 || config.type_v != KvType::kF32)
-      fail("deepseek4 keeps its KV cache (window ring, pooled rows, compressor states) in f32 only; "
-           "--cache-type-k {} --cache-type-v {} is not supported for this model",
-           kv_type_name(config.type_k), kv_type_name(config.type_v));
+    ds4_require_f32_kv(config);
     return std::make_unique<Ds4KvCache>(cache_shape(), n_ctx);
   }
 
