@@ -210,12 +210,12 @@ void BM_Types(benchmark::State& st) {
   set_rate(st, rb * kOut);
 }
 
-BENCHMARK(BM_VecDot)->ArgNames({"isa"})->Arg(0)->Arg(1);
+BENCHMARK(BM_VecDot)->ArgNames({"isa"})->Arg(0)->Arg(1)->Arg(2);
 BENCHMARK(BM_Matmul)
     ->ArgNames({"isa", "tokens", "threads"})
     ->ArgsProduct({{0, 1, 2}, {1, 2, 3, 8, 64, 512}, {1, 2}})
     ->UseRealTime();
-BENCHMARK(BM_Types)->ArgNames({"isa", "type"})->ArgsProduct({{0, 1}, {0, 1, 2, 3, 4, 5, 6, 7}});
+BENCHMARK(BM_Types)->ArgNames({"isa", "type"})->ArgsProduct({{0, 1, 2}, {0, 1, 2, 3, 4, 5, 6, 7}});
 BENCHMARK(BM_TypesMatmul)
     ->ArgNames({"isa", "type"})
     ->ArgsProduct({{1, 2}, {0, 1, 2, 3, 4, 5, 6, 7}});

@@ -129,12 +129,14 @@ void vec_dot_iq1_m_multi(int64_t n, const void* w, const void* x, uint64_t x_str
 struct GemmFormat;
 
 // Compiled with AVX-512 F/BW/VL/VNNI (plus the AVX2 flags); only reachable after dispatch has
-// checked the CPU. The set uses the AVX2 dot kernels and adds the GEMM.
+// checked the CPU. The set uses the AVX2 dot kernels (AVX-512 ones where listed) and adds the GEMM.
 namespace avx512 {
 void gemm(const GemmFormat& f, int64_t n, const void* w, uint64_t w_stride, int64_t n_w,
           const void* x, uint64_t x_stride, int64_t n_x, float* y, uint64_t y_stride);
 // gemm through the weight type's GemmFormat (quant/gemm.h); null for types without one.
 GemmFn gemm_kernel(GgmlType weight);
+// Single-row dot kernels for decode (dot_avx512.cpp); the other types keep their AVX2 kernel.
+float vec_dot_q6_K(int64_t n, const void* w, const void* x);
 }  // namespace avx512
 
 }  // namespace sluice
