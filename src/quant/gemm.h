@@ -70,6 +70,8 @@ void unpack_iq2_xs(const void* row, int64_t unit, int n_groups, uint8_t* u, floa
 void unpack_iq2_s(const void* row, int64_t unit, int n_groups, uint8_t* u, float* scale, float* bias);
 void unpack_iq3_xxs(const void* row, int64_t unit, int n_groups, uint8_t* u, float* scale, float* bias);
 void unpack_iq3_s(const void* row, int64_t unit, int n_groups, uint8_t* u, float* scale, float* bias);
+void unpack_iq1_s(const void* row, int64_t unit, int n_groups, uint8_t* u, float* scale, float* bias);
+void unpack_iq1_m(const void* row, int64_t unit, int n_groups, uint8_t* u, float* scale, float* bias);
 }  // namespace avx512
 
 }  // namespace sluice

@@ -479,6 +479,10 @@ GemmUnpackFn gemm_unpacker(GgmlType weight) {
       return unpack_iq3_xxs;
     case GgmlType::IQ3_S:
       return unpack_iq3_s;
+    case GgmlType::IQ1_S:
+      return unpack_iq1_s;
+    case GgmlType::IQ1_M:
+      return unpack_iq1_m;
     default: {
       const GemmFormat* f = gemm_format(weight);
       return f ? f->unpack : nullptr;

@@ -1,9 +1,9 @@
 // AVX-512 twins of the lattice i-quant GEMM unpackers of gemm_unpack.cpp (IQ2_XXS, IQ2_XS, IQ2_S,
-// IQ3_XXS, IQ3_S): the same bytes, scales and order, which a unit test checks. The portable ones
+// IQ3_XXS, IQ3_S, IQ1_S, IQ1_M): the same bytes, scales and order, which a unit test checks. The portable ones
 // write each value through a byte loop with a sign branch, which costs more than the GEMM itself
 // on an expert batch of a few dozen tokens; here the grid lookups of a 32-value sub-block fill
 // one 256-bit vector and the 32 sign bits become an AVX-512 mask, so the unpacked byte
-// 64 +- magnitude is one masked subtract.
+// 64 +- magnitude is one masked subtract (IQ1: 8 * grid value + delta + 9, two vector ops).
 // GCC 12's AVX-512 headers build some intrinsics on _mm512_undefined_*(), which -Wuninitialized
 // reports at every use (GCC bug 105593).
 #pragma GCC diagnostic push
@@ -43,6 +43,17 @@ inline __m256i grid4(uint64_t a, uint64_t b, uint64_t c, uint64_t d) {
   return _mm256_set_epi64x(static_cast<int64_t>(d), static_cast<int64_t>(c),
                            static_cast<int64_t>(b), static_cast<int64_t>(a));
 }
+
+// u[0..31] = 8 * g + (delta byte) for 32 IQ1 grid values g in -1..1 (signed bytes); delta holds
+// 9 + 1 or 9 - 1 per value. The 16-bit shift leaks the low byte's top bits into the high byte's
+// bottom three, which the mask clears (8g has them zero).
+inline void put_iq1(__m256i grid, __m256i delta, uint8_t* u) {
+  const __m256i g8 = _mm256_and_si256(_mm256_slli_epi16(grid, 3), _mm256_set1_epi8(static_cast<char>(0xF8)));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(u), _mm256_add_epi8(g8, delta));
+}
+
+constexpr int64_t kIq1Plus = 0x0A0A0A0A0A0A0A0ALL;   // 9 + 1
+constexpr int64_t kIq1Minus = 0x0808080808080808LL;  // 9 - 1
 
 }  // namespace
 
@@ -125,6 +136,44 @@ void unpack_iq3_s(const void* row, int64_t unit, int, uint8_t* u, float* scale, 
     std::memcpy(&neg, b.signs + 4 * ib, 4);
     put_signed(_mm256_setr_epi32(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]), neg,
                u + 32 * ib);
+  }
+}
+
+void unpack_iq1_s(const void* row, int64_t unit, int, uint8_t* u, float* scale, float*) {
+  const BlockIQ1S& b = static_cast<const BlockIQ1S*>(row)[unit];
+  const float d = _cvtsh_ss(b.d);
+  const uint64_t* g = iq::kIq1sGrid;
+  for (int ib = 0; ib < 8; ++ib) {
+    const int qh = b.qh[ib];
+    scale[ib] = d * static_cast<float>(2 * ((qh >> 12) & 7) + 1) * 0.125f;
+    const uint8_t* qs = b.qs + 4 * ib;
+    put_iq1(grid4(g[qs[0] | ((qh << 8) & 0x700)], g[qs[1] | ((qh << 5) & 0x700)],
+                  g[qs[2] | ((qh << 2) & 0x700)], g[qs[3] | ((qh >> 1) & 0x700)]),
+            _mm256_set1_epi64x(qh & 0x8000 ? kIq1Minus : kIq1Plus), u + 32 * ib);
+  }
+}
+
+void unpack_iq1_m(const void* row, int64_t unit, int, uint8_t* u, float* scale, float*) {
+  const BlockIQ1M& b = static_cast<const BlockIQ1M*>(row)[unit];
+  uint16_t sc[4];
+  std::memcpy(sc, b.scales, sizeof sc);
+  const uint16_t d_bits = static_cast<uint16_t>((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) |
+                                                ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000));
+  const float d = _cvtsh_ss(d_bits);
+  const uint64_t* g = iq::kIq1sGrid;
+  for (int ib = 0; ib < 8; ++ib) {
+    const int shift = 6 * (ib % 2);
+    scale[2 * ib] = d * static_cast<float>(2 * ((sc[ib / 2] >> shift) & 7) + 1) * 0.125f;
+    scale[2 * ib + 1] = d * static_cast<float>(2 * ((sc[ib / 2] >> (shift + 3)) & 7) + 1) * 0.125f;
+    const uint8_t* qs = b.qs + 4 * ib;
+    // One nibble of qh per group of 8: three index bits and the delta's sign.
+    const int h0 = b.qh[2 * ib], h1 = b.qh[2 * ib + 1];
+    const int nib[4] = {h0 & 0xF, h0 >> 4, h1 & 0xF, h1 >> 4};
+    put_iq1(grid4(g[qs[0] | ((nib[0] & 7) << 8)], g[qs[1] | ((nib[1] & 7) << 8)],
+                  g[qs[2] | ((nib[2] & 7) << 8)], g[qs[3] | ((nib[3] & 7) << 8)]),
+            _mm256_set_epi64x(nib[3] & 8 ? kIq1Minus : kIq1Plus, nib[2] & 8 ? kIq1Minus : kIq1Plus,
+                              nib[1] & 8 ? kIq1Minus : kIq1Plus, nib[0] & 8 ? kIq1Minus : kIq1Plus),
+            u + 32 * ib);
   }
 }
 
