@@ -56,7 +56,8 @@ struct TypeCase {
 const TypeCase kTypeCases[] = {
     {GgmlType::Q8_0, {0}},      {GgmlType::Q4_0, {0}},   {GgmlType::MXFP4, {}},
     {GgmlType::Q2_K, {80, 82}}, {GgmlType::Q3_K, {108}}, {GgmlType::Q5_K, {0, 2}},
-    {GgmlType::Q6_K, {208}},    {GgmlType::IQ4_XS, {0}},
+    {GgmlType::Q6_K, {208}},    {GgmlType::IQ4_XS, {0}},  {GgmlType::IQ2_XXS, {0}},
+    {GgmlType::IQ3_XXS, {0}},
 };
 
 AlignedBuffer random_matrix(const TypeCase& tc, std::mt19937& rng) {
@@ -210,15 +211,17 @@ void BM_Types(benchmark::State& st) {
   set_rate(st, rb * kOut);
 }
 
-BENCHMARK(BM_VecDot)->ArgNames({"isa"})->Arg(0)->Arg(1);
+BENCHMARK(BM_VecDot)->ArgNames({"isa"})->Arg(0)->Arg(1)->Arg(2);
 BENCHMARK(BM_Matmul)
     ->ArgNames({"isa", "tokens", "threads"})
     ->ArgsProduct({{0, 1, 2}, {1, 2, 3, 8, 64, 512}, {1, 2}})
     ->UseRealTime();
-BENCHMARK(BM_Types)->ArgNames({"isa", "type"})->ArgsProduct({{0, 1}, {0, 1, 2, 3, 4, 5, 6, 7}});
+BENCHMARK(BM_Types)
+    ->ArgNames({"isa", "type"})
+    ->ArgsProduct({{0, 1, 2}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}});
 BENCHMARK(BM_TypesMatmul)
     ->ArgNames({"isa", "type"})
-    ->ArgsProduct({{1, 2}, {0, 1, 2, 3, 4, 5, 6, 7}});
+    ->ArgsProduct({{1, 2}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}});
 BENCHMARK(BM_Cold)
     ->ArgNames({"isa", "tokens", "threads"})
     ->ArgsProduct({{0, 1, 2}, {1, 2, 32}, {1, 2}})

@@ -71,8 +71,7 @@ void attention_block(ForwardContext& ctx, int il, const AttentionWeights& w, con
 void swiglu_ffn(ForwardContext& ctx, int il, const FfnWeights& w, const float* xn, float* out, const char* name) {
   const int64_t n_ff = w.gate.ne[1];
   std::vector<float> g(ctx.n_tok * n_ff), u(ctx.n_tok * n_ff);
-  matmul(ctx.pool, w.gate.mat(), xn, ctx.n_tok, g.data());
-  matmul(ctx.pool, w.up.mat(), xn, ctx.n_tok, u.data());
+  matmul_pair(ctx.pool, w.gate.mat(), w.up.mat(), xn, ctx.n_tok, g.data(), u.data());
   swiglu(g.data(), u.data(), g.data(), ctx.n_tok * n_ff);
   matmul(ctx.pool, w.down.mat(), g.data(), ctx.n_tok, out);
   ctx.dump(name, il, out, w.down.ne[1]);
@@ -207,8 +206,7 @@ void moe_experts(ForwardContext& ctx, int il, const int32_t* ids, const float* w
     g.resize(m * n_ff);
     u.resize(m * n_ff);
     d.resize(m * n_embd);
-    matmul(ctx.pool, w.gate, xe.data(), m, g.data());
-    matmul(ctx.pool, w.up, xe.data(), m, u.data());
+    matmul_pair(ctx.pool, w.gate, w.up, xe.data(), m, g.data(), u.data());
     for (int64_t r = 0; r < m; ++r) {
       float* gr = g.data() + r * n_ff;
       float* ur = u.data() + r * n_ff;

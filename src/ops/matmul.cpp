@@ -47,15 +47,20 @@ thread_local Scratch t_activations;
 thread_local Scratch t_dequant_row;
 
 struct Job {
-  const MatView* w;
+  const MatView* w;  // w[0..n_mats): same type and row length, one input
+  float* const* ys;  // ys[m]: the output of w[m]
+  int n_mats = 1;
   DotKernels k;
   const std::byte* xq;  // activation rows in k.vec_dot_type (or x itself for F32)
   uint64_t xq_stride;
   const float* x;
   int64_t n_tokens;
-  float* y;
-  int64_t row_parts;
-  int64_t token_parts;
+  // Per matrix: its rows and tokens cut as a call for it alone would cut them, so each output
+  // comes from the same kernel (GEMM or dot) as it would alone; first_part[m] numbers them.
+  static constexpr int kMaxMats = 2;
+  int64_t row_parts[kMaxMats];
+  int64_t token_parts[kMaxMats];
+  int64_t first_part[kMaxMats + 1];
   // Parts are claimed from a shared counter rather than assigned one per thread: a thread that
   // the OS deschedules (an oversubscribed machine, a server's other threads) delays only the
   // part it holds, and the others take the rest. Rows are independent, so results do not depend
@@ -71,14 +76,15 @@ struct Job {
   }
 };
 
-void run_range(const Job& job, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
-  const MatView& w = *job.w;
+void run_range(const Job& job, int m, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+  const MatView& w = job.w[m];
+  float* const y = job.ys[m];
   // Types without a dot kernel take the GEMM at any token count: it is faster than dequantizing,
   // and their activations are then in one format whatever the batch size.
   if (job.k.gemm && (t1 - t0 >= job.k.min_gemm_tokens || !job.k.vec_dot)) {
     job.k.gemm(w.n_in, w.data + static_cast<uint64_t>(r0) * w.row_stride, w.row_stride, r1 - r0,
                job.xq + static_cast<uint64_t>(t0) * job.xq_stride, job.xq_stride, t1 - t0,
-               job.y + t0 * w.n_out + r0, static_cast<uint64_t>(w.n_out));
+               y + t0 * w.n_out + r0, static_cast<uint64_t>(w.n_out));
     return;
   }
   float* row_buf = nullptr;
@@ -90,7 +96,7 @@ void run_range(const Job& job, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
     const int64_t te = std::min(t1, tt + kTokenTile);
     for (int64_t r = r0; r < r1; ++r) {
       const std::byte* wrow = w.data + static_cast<uint64_t>(r) * w.row_stride;
-      float* yr = job.y + r;
+      float* yr = y + r;
       if (job.k.vec_dot_multi) {
         for (int64_t t = tt; t < te; t += kMaxDotRows) {
           const int n_x = static_cast<int>(std::min<int64_t>(kMaxDotRows, te - t));
@@ -114,13 +120,16 @@ void run_range(const Job& job, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
 
 void run_parts(Job& job) {
   try {
-    const int64_t n_parts = job.row_parts * job.token_parts;
+    const int64_t n_parts = job.first_part[job.n_mats];
     for (int64_t part; (part = job.next_part.fetch_add(1, std::memory_order_relaxed)) < n_parts;) {
-      const int64_t rp = part % job.row_parts;
-      const int64_t tp = part / job.row_parts;
-      const int64_t n_out = job.w->n_out;
-      run_range(job, n_out * rp / job.row_parts, n_out * (rp + 1) / job.row_parts,
-                job.n_tokens * tp / job.token_parts, job.n_tokens * (tp + 1) / job.token_parts);
+      int m = 0;
+      while (part >= job.first_part[m + 1]) ++m;
+      const int64_t rps = job.row_parts[m], tps = job.token_parts[m];
+      const int64_t rp = (part - job.first_part[m]) % rps;
+      const int64_t tp = (part - job.first_part[m]) / rps;
+      const int64_t n_out = job.w[m].n_out;
+      run_range(job, m, n_out * rp / rps, n_out * (rp + 1) / rps, job.n_tokens * tp / tps,
+                job.n_tokens * (tp + 1) / tps);
     }
   } catch (...) {
     job.record_error();
@@ -148,10 +157,7 @@ void convert_activations(ThreadPool& pool, Job& job) {
   });
 }
 
-}  // namespace
-
-void matmul(ThreadPool& pool, const MatView& w, const float* x, int64_t n_tokens, float* y,
-            Isa isa) {
+void check_shape(const MatView& w, int64_t n_tokens) {
   if (n_tokens < 0 || w.n_out < 0 || w.n_in < 0) {
     fail("matmul: negative size (n_in {}, n_out {}, n_tokens {})", w.n_in, w.n_out, n_tokens);
   }
@@ -164,28 +170,67 @@ void matmul(ThreadPool& pool, const MatView& w, const float* x, int64_t n_tokens
     fail("matmul: row stride {} is shorter than a {} row of {} values ({} bytes)", w.row_stride,
          type_name(w.type), w.n_in, row_bytes(w.type, static_cast<uint64_t>(w.n_in)));
   }
-  if (n_tokens == 0 || w.n_out == 0) return;
+}
+
+// ys[m] = x · w[m]ᵀ for n_mats matrices of one type and row length: one activation conversion and
+// one pool round trip for all of them.
+void matmul_same_input(ThreadPool& pool, const MatView* w, int n_mats, const float* x,
+                       int64_t n_tokens, float* const* ys, Isa isa) {
+  int64_t total_out = 0;
+  for (int m = 0; m < n_mats; ++m) {
+    check_shape(w[m], n_tokens);
+    total_out += w[m].n_out;
+  }
+  if (n_tokens == 0 || total_out == 0) return;
 
   Job job;
-  job.w = &w;
-  job.k = dot_kernels(w.type, isa);
+  job.w = w;
+  job.ys = ys;
+  job.n_mats = n_mats;
+  job.k = dot_kernels(w[0].type, isa);
   job.x = x;
   job.n_tokens = n_tokens;
-  job.y = y;
   const int64_t nt = pool.size();
   // Four parts per thread when there are rows enough (at least kMinPartRows each), so that the
   // shared counter can even out a slow thread; fewer rows than threads split the tokens too.
   constexpr int64_t kMinPartRows = 16;
-  job.row_parts = nt == 1 ? 1 : std::min(w.n_out, std::max(nt, std::min(4 * nt, w.n_out / kMinPartRows)));
-  job.token_parts = std::min(n_tokens, std::max<int64_t>(1, nt / job.row_parts));
+  job.first_part[0] = 0;
+  for (int m = 0; m < n_mats; ++m) {
+    const int64_t n_out = w[m].n_out;
+    job.row_parts[m] = n_out == 0 ? 0
+                       : nt == 1  ? 1
+                                  : std::min(n_out, std::max(nt, std::min(4 * nt, n_out / kMinPartRows)));
+    job.token_parts[m] =
+        n_out == 0 ? 0 : std::min(n_tokens, std::max<int64_t>(1, nt / job.row_parts[m]));
+    job.first_part[m + 1] = job.first_part[m] + job.row_parts[m] * job.token_parts[m];
+  }
 
   convert_activations(pool, job);
-  if (job.row_parts * job.token_parts == 1) {
+  if (job.first_part[n_mats] == 1) {
     run_parts(job);
   } else {
     pool.run([&job](int, int) { run_parts(job); });
   }
   if (job.error) std::rethrow_exception(job.error);
+}
+
+}  // namespace
+
+void matmul(ThreadPool& pool, const MatView& w, const float* x, int64_t n_tokens, float* y,
+            Isa isa) {
+  matmul_same_input(pool, &w, 1, x, n_tokens, &y, isa);
+}
+
+void matmul_pair(ThreadPool& pool, const MatView& w0, const MatView& w1, const float* x,
+                 int64_t n_tokens, float* y0, float* y1) {
+  if (w0.type != w1.type || w0.n_in != w1.n_in) {
+    matmul(pool, w0, x, n_tokens, y0);
+    matmul(pool, w1, x, n_tokens, y1);
+    return;
+  }
+  const MatView w[2] = {w0, w1};
+  float* const ys[2] = {y0, y1};
+  matmul_same_input(pool, w, 2, x, n_tokens, ys, active_isa());
 }
 
 void matmul(ThreadPool& pool, const MatView& w, const float* x, int64_t n_tokens, float* y) {

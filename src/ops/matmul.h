@@ -24,4 +24,10 @@ void matmul(ThreadPool& pool, const MatView& w, const float* x, int64_t n_tokens
 void matmul(ThreadPool& pool, const MatView& w, const float* x, int64_t n_tokens, float* y,
             Isa isa);
 
+// y0 = x · W0ᵀ and y1 = x · W1ᵀ (a feed-forward's gate and up projections): when both matrices
+// have one type and row length, x is converted once and both run in one pool round trip, which
+// halves the synchronisations of a decode step's expert projections.
+void matmul_pair(ThreadPool& pool, const MatView& w0, const MatView& w1, const float* x,
+                 int64_t n_tokens, float* y0, float* y1);
+
 }  // namespace sluice

@@ -226,14 +226,17 @@ DotKernels avx2_kernels(GgmlType weight) {
   return k;
 }
 
-// The AVX2 set plus the VNNI GEMM for the types that have a GemmFormat, and the VNNI Q8_0 and
-// IQ2_XXS dots. A type whose dot kernel is missing (dequantize fallback, which reads the float
-// activations) gets its activations converted to the GEMM's format too, so the GEMM can serve its
-// prefill.
+// The AVX2 set plus the VNNI GEMM for the types that have a GemmFormat, and the AVX-512 dot
+// kernels that beat their AVX2 twins (Q8_0 and IQ2_XXS, the dense and routed gate/up types of
+// 2-bit DeepSeek builds; Q6_K, the usual output head). A type whose dot kernel is missing
+// (dequantize fallback, which reads the float activations) gets its activations converted to the
+// GEMM's format too, so the GEMM can serve its prefill.
 DotKernels avx512_kernels(GgmlType weight) {
   DotKernels k = avx2_kernels(weight);
   k.gemm = avx512::gemm_kernel(weight);
-  k.min_gemm_tokens = avx512::gemm_unpacker(weight) ? 3 : 16;
+  // Every GemmFormat type but Q2_K and Q3_K has an AVX-512 unpacker; those two, with the portable
+  // one, still run 5-7x the AVX2 dot kernels' rate at 64 tokens (bench_matmul TypesMatmul).
+  k.min_gemm_tokens = 3;
   if (weight == GgmlType::Q8_0) {
     k.vec_dot = avx512::vec_dot_q8_0;
     k.vec_dot_multi = avx512::vec_dot_q8_0_multi;
@@ -242,6 +245,7 @@ DotKernels avx512_kernels(GgmlType weight) {
     k.vec_dot = avx512::vec_dot_iq2_xxs;
     k.vec_dot_multi = avx512::vec_dot_iq2_xxs_multi;
   }
+  if (weight == GgmlType::Q6_K) k.vec_dot = avx512::vec_dot_q6_K;
   if (k.gemm && !k.vec_dot && gemm_format(weight)->act_type == GgmlType::Q8_K) {
     k.vec_dot_type = GgmlType::Q8_K;
     k.quantize = avx2::quantize_row_q8_K;

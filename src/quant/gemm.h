@@ -64,6 +64,14 @@ namespace avx512 {
 // The unpacker the AVX-512 GEMM uses for a weight type: an AVX-512 twin of the portable one for
 // the hot types, the portable one otherwise; null for types without a GemmFormat.
 GemmUnpackFn gemm_unpacker(GgmlType weight);
+// The lattice i-quant twins (gemm_unpack_iq_avx512.cpp).
+void unpack_iq2_xxs(const void* row, int64_t unit, int n_groups, uint8_t* u, float* scale, float* bias);
+void unpack_iq2_xs(const void* row, int64_t unit, int n_groups, uint8_t* u, float* scale, float* bias);
+void unpack_iq2_s(const void* row, int64_t unit, int n_groups, uint8_t* u, float* scale, float* bias);
+void unpack_iq3_xxs(const void* row, int64_t unit, int n_groups, uint8_t* u, float* scale, float* bias);
+void unpack_iq3_s(const void* row, int64_t unit, int n_groups, uint8_t* u, float* scale, float* bias);
+void unpack_iq1_s(const void* row, int64_t unit, int n_groups, uint8_t* u, float* scale, float* bias);
+void unpack_iq1_m(const void* row, int64_t unit, int n_groups, uint8_t* u, float* scale, float* bias);
 }  // namespace avx512
 
 }  // namespace sluice

@@ -469,6 +469,20 @@ GemmUnpackFn gemm_unpacker(GgmlType weight) {
       return unpack_iq4_xs;
     case GgmlType::MXFP4:
       return unpack_mxfp4;
+    case GgmlType::IQ2_XXS:
+      return unpack_iq2_xxs;
+    case GgmlType::IQ2_XS:
+      return unpack_iq2_xs;
+    case GgmlType::IQ2_S:
+      return unpack_iq2_s;
+    case GgmlType::IQ3_XXS:
+      return unpack_iq3_xxs;
+    case GgmlType::IQ3_S:
+      return unpack_iq3_s;
+    case GgmlType::IQ1_S:
+      return unpack_iq1_s;
+    case GgmlType::IQ1_M:
+      return unpack_iq1_m;
     default: {
       const GemmFormat* f = gemm_format(weight);
       return f ? f->unpack : nullptr;

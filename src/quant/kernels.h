@@ -137,18 +137,21 @@ void vec_dot_iq1_m_multi(int64_t n, const void* w, const void* x, uint64_t x_str
 struct GemmFormat;
 
 // Compiled with AVX-512 F/BW/VL/VNNI (plus the AVX2 flags); only reachable after dispatch has
-// checked the CPU. The set uses the AVX2 dot kernels and adds the GEMM.
+// checked the CPU. The set uses the AVX2 dot kernels (AVX-512 ones where listed) and adds the GEMM.
 namespace avx512 {
 void gemm(const GemmFormat& f, int64_t n, const void* w, uint64_t w_stride, int64_t n_w,
           const void* x, uint64_t x_stride, int64_t n_x, float* y, uint64_t y_stride);
 // gemm through the weight type's GemmFormat (quant/gemm.h); null for types without one.
 GemmFn gemm_kernel(GgmlType weight);
+// Decode dot kernels (dot_q8_0_avx512.cpp, dot_iq2_xxs_avx512.cpp, dot_avx512.cpp); the other
+// types keep their AVX2 kernel.
 float vec_dot_q8_0(int64_t n, const void* w, const void* x);
 void vec_dot_q8_0_multi(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x,
                         float* out);
 float vec_dot_iq2_xxs(int64_t n, const void* w, const void* x);
 void vec_dot_iq2_xxs_multi(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x,
                            float* out);
+float vec_dot_q6_K(int64_t n, const void* w, const void* x);
 }  // namespace avx512
 
 }  // namespace sluice

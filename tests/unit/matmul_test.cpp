@@ -151,6 +151,36 @@ TEST(MatmulShapes, DefaultEntryPointUsesActiveSet) {
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
 }
 
+// The fused pair equals two separate calls bit for bit: each output row is one kernel call on the
+// same converted activations whichever part of the shared job computes it. Covers one type (fused,
+// unequal row counts, fewer rows than threads), two types and an empty matrix (run apart).
+TEST(MatmulPair, EqualsTwoCalls) {
+  std::mt19937 rng(8);
+  struct Case {
+    GgmlType t0, t1;
+    int64_t out0, out1, tokens;
+    int threads;
+  };
+  const Case cases[] = {{GgmlType::Q4_K, GgmlType::Q4_K, 37, 20, 1, 2},
+                        {GgmlType::Q4_K, GgmlType::Q4_K, 3, 1, 5, 4},
+                        {GgmlType::IQ2_XXS, GgmlType::IQ2_XXS, 24, 24, 17, 2},
+                        {GgmlType::Q4_K, GgmlType::Q6_K, 9, 12, 2, 2},
+                        {GgmlType::Q8_0, GgmlType::Q8_0, 0, 7, 3, 2}};
+  for (const Case& c : cases) {
+    const Matrix m0 = random_matrix(c.t0, 512, c.out0, 0, rng);
+    const Matrix m1 = random_matrix(c.t1, 512, c.out1, 0, rng);
+    const auto x = random_activations(512 * c.tokens, rng);
+    ThreadPool pool(c.threads);
+    std::vector<float> a0(c.out0 * c.tokens), a1(c.out1 * c.tokens);
+    std::vector<float> b0(a0.size(), -1.0f), b1(a1.size(), -1.0f);
+    matmul(pool, m0.view(), x.data(), c.tokens, a0.data());
+    matmul(pool, m1.view(), x.data(), c.tokens, a1.data());
+    matmul_pair(pool, m0.view(), m1.view(), x.data(), c.tokens, b0.data(), b1.data());
+    EXPECT_EQ(0, std::memcmp(a0.data(), b0.data(), a0.size() * sizeof(float))) << type_name(c.t0);
+    EXPECT_EQ(0, std::memcmp(a1.data(), b1.data(), a1.size() * sizeof(float))) << type_name(c.t1);
+  }
+}
+
 TEST(MatmulErrors, RejectsBadShapesAndTypes) {
   ThreadPool pool(2);
   std::vector<uint8_t> bytes(4096);

@@ -1,7 +1,7 @@
 // Dot kernels and activation quantizers: every kernel against dequantize_row + a double-precision
 // dot with the same quantized activations (tight: only float rounding may differ), against the
-// unquantized activations (bounded by the activation grid step), and every AVX2 kernel against its
-// scalar twin. AVX2 cases are skipped on CPUs without AVX2/FMA/F16C.
+// unquantized activations (bounded by the activation grid step), and every AVX2 and AVX-512 kernel
+// against its scalar twin. SIMD cases are skipped on CPUs without the instruction set.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -34,6 +34,7 @@ const GgmlType kDotTypes[] = {
 std::vector<Isa> isas() {
   std::vector<Isa> v{Isa::Scalar};
   if (cpu_has_avx2()) v.push_back(Isa::Avx2);
+  if (cpu_has_avx512()) v.push_back(Isa::Avx512);
   return v;
 }
 
@@ -130,18 +131,21 @@ TEST_P(VecDot, SimdMatchesScalar) {
   const GgmlType t = GetParam();
   if (!cpu_has_avx2()) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
   const DotKernels s = dot_kernels(t, Isa::Scalar);
-  const DotKernels v = dot_kernels(t, Isa::Avx2);
   std::mt19937 rng(7 + static_cast<int>(t));
-  for (int64_t n : lengths(t)) {
-    for (int rep = 0; rep < 8; ++rep) {
-      const auto w = random_row(t, n, rng);
-      const Activations a = convert(s, random_activations(n, rng));
-      const auto wf = dequantized(t, w.data(), n);
-      const RefDot ref = ref_dot(wf.data(), a.values.data(), n);
-      const float want = s.vec_dot(n, w.data(), a.bytes.data());
-      const float got = v.vec_dot(n, w.data(), a.bytes.data());
-      EXPECT_NEAR(got, want, 2 * float_tolerance(ref, n / type_traits(t).block_elems))
-          << label(t, Isa::Avx2, n) << " rep " << rep;
+  for (Isa isa : isas()) {
+    if (isa == Isa::Scalar) continue;
+    const DotKernels v = dot_kernels(t, isa);
+    for (int64_t n : lengths(t)) {
+      for (int rep = 0; rep < 8; ++rep) {
+        const auto w = random_row(t, n, rng);
+        const Activations a = convert(s, random_activations(n, rng));
+        const auto wf = dequantized(t, w.data(), n);
+        const RefDot ref = ref_dot(wf.data(), a.values.data(), n);
+        const float want = s.vec_dot(n, w.data(), a.bytes.data());
+        const float got = v.vec_dot(n, w.data(), a.bytes.data());
+        EXPECT_NEAR(got, want, 2 * float_tolerance(ref, n / type_traits(t).block_elems))
+            << label(t, isa, n) << " rep " << rep;
+      }
     }
   }
 }
