@@ -25,10 +25,17 @@ enum class ExpertMode { kAuto, kRam, kMmap, kStream };
 // bench/stream-sweep except Zipf-routed decode at 2 GB, where lfu led).
 enum class EvictionPolicy { kLru, kLfu, kNextUse };
 
+// Speculative decoding: where draft tokens come from. auto: the file's MTP layers when it has
+// them, else n-gram lookup; ngram: continuations of earlier occurrences of the context's last
+// tokens (prompt lookup, no extra weights); none: one token per forward pass.
+enum class DraftMode { kAuto, kNone, kNgram };
+
 const char* expert_mode_name(ExpertMode m);          // "auto", "ram", "mmap", "stream"
 const char* eviction_policy_name(EvictionPolicy p);  // "lru", "lfu", "nextuse"
+const char* draft_mode_name(DraftMode m);            // "auto", "none", "ngram"
 // nullopt for any other spelling.
 std::optional<ExpertMode> parse_expert_mode(std::string_view name);
 std::optional<EvictionPolicy> parse_eviction_policy(std::string_view name);
+std::optional<DraftMode> parse_draft_mode(std::string_view name);
 
 }  // namespace sluice

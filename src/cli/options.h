@@ -27,6 +27,14 @@ struct ModelFlags {
 // --ssd-streaming-preload-experts).
 void add_model_flags(CLI::App& app, ModelFlags& f);
 void add_sampling_flags(CLI::App& app, SamplingOptions& s);
+// --draft, --draft-max, --draft-min (speculative decoding). --draft is parsed into d.mode by
+// draft_options() after parsing.
+struct DraftFlags {
+  std::string mode = "auto";
+  DraftOptions options;
+};
+void add_draft_flags(CLI::App& app, DraftFlags& d);
+DraftOptions draft_options(const DraftFlags& d);
 EngineOptions engine_options(const ModelFlags& f);
 // -f FILE validation that also accepts '-' (standard input), and the reader to match.
 CLI::Validator stdin_or_file();

@@ -8,6 +8,7 @@ namespace sluice {
 namespace {
 constexpr std::array kModes = {ExpertMode::kAuto, ExpertMode::kRam, ExpertMode::kMmap, ExpertMode::kStream};
 constexpr std::array kPolicies = {EvictionPolicy::kLru, EvictionPolicy::kLfu, EvictionPolicy::kNextUse};
+constexpr std::array kDraftModes = {DraftMode::kAuto, DraftMode::kNone, DraftMode::kNgram};
 }  // namespace
 
 const char* expert_mode_name(ExpertMode m) {
@@ -29,6 +30,15 @@ const char* eviction_policy_name(EvictionPolicy p) {
   return "?";
 }
 
+const char* draft_mode_name(DraftMode m) {
+  switch (m) {
+    case DraftMode::kAuto: return "auto";
+    case DraftMode::kNone: return "none";
+    case DraftMode::kNgram: return "ngram";
+  }
+  return "?";
+}
+
 std::optional<ExpertMode> parse_expert_mode(std::string_view name) {
   for (ExpertMode m : kModes)
     if (name == expert_mode_name(m)) return m;
@@ -38,6 +48,12 @@ std::optional<ExpertMode> parse_expert_mode(std::string_view name) {
 std::optional<EvictionPolicy> parse_eviction_policy(std::string_view name) {
   for (EvictionPolicy p : kPolicies)
     if (name == eviction_policy_name(p)) return p;
+  return std::nullopt;
+}
+
+std::optional<DraftMode> parse_draft_mode(std::string_view name) {
+  for (DraftMode m : kDraftModes)
+    if (name == draft_mode_name(m)) return m;
   return std::nullopt;
 }
 

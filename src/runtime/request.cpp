@@ -23,7 +23,10 @@ Generation::Generation(const Tokenizer& tokenizer, const GenerateOptions& option
       options_(options),
       sampler_(sampling_params(options.sampling)),
       decoder_(tokenizer),
-      stops_(options.stop) {
+      stops_(options.stop),
+      draft_length_(options.draft) {
+  check_draft_options(options.draft);
+  drafting_ = options.draft.mode != DraftMode::kNone && options.draft.max > 0;
   for (int32_t t : prompt) sampler_.accept(t);
   result_.n_reused = n_reused;
   result_.n_prompt = static_cast<int>(prompt.size()) - n_reused;
@@ -40,9 +43,11 @@ bool Generation::limit_reached(int n_used, int n_ctx) {
   return finished_;
 }
 
-Generation::Sampled Generation::sample(std::span<const float> logits) {
+Generation::Sampled Generation::sample(std::span<const float> logits) { return record(sampler_.sample(logits)); }
+
+Generation::Sampled Generation::record(int32_t token) {
   Sampled s;
-  s.token = sampler_.sample(logits);
+  s.token = token;
   sampler_.accept(s.token);
   result_.tokens.push_back(s.token);
   if (options_.stop_at_eog && tokenizer_.is_eog(s.token)) {
@@ -55,6 +60,42 @@ Generation::Sampled Generation::sample(std::span<const float> logits) {
   if (stops_.matched()) end(FinishReason::kStop);
   else if (static_cast<int>(result_.tokens.size()) >= options_.max_tokens) end(FinishReason::kLength);
   return s;
+}
+
+std::vector<int32_t> Generation::propose(std::span<const int32_t> ctx, int n_ctx) {
+  if (!drafting_ || finished_) return {};
+  // Up to k drafts: their positions must fit the context, and with the token sampled after them
+  // they must not pass max_tokens.
+  const int remaining = options_.max_tokens - static_cast<int>(result_.tokens.size()) - 1;
+  const int room = n_ctx - static_cast<int>(ctx.size());
+  const int k = std::min({draft_length_.next(), remaining, room});
+  if (k <= 0 || k < options_.draft.min) return {};
+  std::vector<int32_t> d = ngram_draft(ctx, k);
+  if (static_cast<int>(d.size()) < std::max(1, options_.draft.min)) return {};
+  return d;
+}
+
+Generation::Step Generation::take(std::span<const float> logits, std::span<const int32_t> drafts, int n_used,
+                                  int n_ctx, const std::function<bool(const Sampled&)>& emit) {
+  Step st;
+  const size_t n_vocab = logits.size() / (drafts.size() + 1);
+  ++result_.n_steps;
+  for (size_t i = 0; i <= drafts.size(); ++i) {
+    if (limit_reached(n_used + static_cast<int>(i), n_ctx)) break;
+    const std::span<const float> row = logits.subspan(i * n_vocab, n_vocab);
+    bool accepted = false;
+    const Sampled s = i < drafts.size() ? record(sampler_.sample_draft(row, drafts[i], &accepted)) : sample(row);
+    st.tokens.push_back(s.token);
+    if (accepted) ++st.n_accepted;
+    if (s.emitted && emit && !emit(s)) cancel();
+    if (finished_ || !accepted) break;
+  }
+  if (!drafts.empty()) {
+    result_.n_drafted += static_cast<int>(drafts.size());
+    result_.n_accepted += st.n_accepted;
+    draft_length_.record(static_cast<int>(drafts.size()), st.n_accepted);
+  }
+  return st;
 }
 
 void Generation::cancel() { end(FinishReason::kCancelled); }

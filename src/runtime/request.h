@@ -5,10 +5,12 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "runtime/draft.h"
 #include "sampling/sampler.h"
 #include "sluice/sluice.h"
 #include "tokenizer/tokenizer.h"
@@ -57,6 +59,24 @@ class Generation {
   };
   // Samples the next token; finishes on end of generation, a stop string or max_tokens.
   Sampled sample(std::span<const float> logits);
+
+  // Speculative decoding, the one loop run, chat and serve share:
+  //   drafts = propose(ctx)             ctx.back() is the pending token (sampled, not evaluated)
+  //   evaluate the pending token and the drafts in one forward pass, logits for every row
+  //   step = take(rows, drafts, ...)   samples tokens in order while they match the drafts
+  //   keep KV positions < n_used + step.n_accepted, append step.tokens to the context
+  // Draft tokens for the next forward pass (none when drafting is off, paused, or no candidate
+  // of at least DraftOptions::min tokens exists), limited to the context and max_tokens.
+  std::vector<int32_t> propose(std::span<const int32_t> ctx, int n_ctx);
+  struct Step {
+    std::vector<int32_t> tokens;  // sampled this step: the accepted drafts, then one more (unless finished)
+    int n_accepted = 0;           // drafts that stood
+  };
+  // `logits`: (drafts.size() + 1) rows of n_vocab, row i after the pending token and drafts[0, i).
+  // `n_used`: context positions before this step's tokens (the pending token included). Applies
+  // limit_reached before each token and calls `emit` for each emitted one (false: cancel).
+  Step take(std::span<const float> logits, std::span<const int32_t> drafts, int n_used, int n_ctx,
+            const std::function<bool(const Sampled&)>& emit);
   // The caller stops the request (client gone, callback refused, timeout).
   void cancel();
 
@@ -67,6 +87,8 @@ class Generation {
 
  private:
   void end(FinishReason reason);
+  // Records a sampled token: its text, stop strings, end of generation, max_tokens.
+  Sampled record(int32_t token);
 
   const Tokenizer& tokenizer_;
   const GenerateOptions options_;
@@ -75,6 +97,8 @@ class Generation {
   StopMatcher stops_;
   GenerateResult result_;
   bool finished_ = false;
+  bool drafting_ = false;
+  DraftLength draft_length_;
 };
 
 }  // namespace sluice
