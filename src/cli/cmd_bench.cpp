@@ -191,13 +191,16 @@ int cmd_bench(int argc, char** argv) {
         }
       list->erase(std::unique(list->begin(), list->end()), list->end());
     }
+  } else if (longest > mi.n_ctx) {
+    fail("the longest test needs {} positions; the context is {} (-c to enlarge it)", longest, mi.n_ctx);
   }
   if (!prompt_file.empty()) {
     setup.prompt = engine->tokenize(read_text(prompt_file), true);
-    for (int n : tgs) longest = std::max(longest, static_cast<int>(setup.prompt.size()) + n + 1);
+    for (int n : tgs)
+      if (static_cast<int>(setup.prompt.size()) + n + 1 > mi.n_ctx)
+        fail("tg{} after the {} tokens of {} needs {} positions; the context is {} (-c to enlarge it)", n,
+             setup.prompt.size(), prompt_file, setup.prompt.size() + n + 1, mi.n_ctx);
   }
-  if (longest > mi.n_ctx)
-    fail("the longest test needs {} positions; the context is {} (-c to enlarge it)", longest, mi.n_ctx);
   fmt::print(stderr, "model: {} ({}, {} layers, {} experts top-{}), {:.2f} GB, loaded in {:.2f} s\n", mf.model,
              mi.architecture, mi.n_layer, mi.n_expert, mi.n_expert_used, mi.file_bytes / 1e9, engine->load_seconds());
   fmt::print(stderr, "experts: {}\n", mi.experts_detail);
