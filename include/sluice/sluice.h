@@ -52,12 +52,13 @@ struct SamplingOptions {
 // Speculative decoding. Each step drafts up to `max` tokens, verifies them with the pending token
 // in one forward pass and keeps the longest prefix the sampler agrees with (greedy: the tokens
 // are those of plain decoding; temperature: the same distribution, by the standard rejection rule).
-// The draft length adapts between `min` and `max`: it grows while drafts are accepted, shrinks
-// to what was accepted, and drafting pauses for a while after drafts are rejected outright.
+// Adaptive (the default): drafts only as many tokens, between `min` and `max`, as the measured
+// cost of a wider verify pass and the running acceptance say will pay (runtime/draft.h).
 struct DraftOptions {
   DraftMode mode = DraftMode::kAuto;
-  int max = 8;  // most tokens drafted per step
-  int min = 1;  // fewer candidates than this: decode one token
+  int max = 8;           // most tokens drafted per step
+  int min = 1;           // fewer candidates than this: decode one token
+  bool adaptive = true;  // false: draft every candidate up to max (tests that must see drafts)
 };
 
 struct GenerateOptions {

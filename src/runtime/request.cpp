@@ -24,7 +24,7 @@ Generation::Generation(const Tokenizer& tokenizer, const GenerateOptions& option
       sampler_(sampling_params(options.sampling)),
       decoder_(tokenizer),
       stops_(options.stop),
-      draft_length_(options.draft) {
+      draft_policy_(options.draft) {
   check_draft_options(options.draft);
   drafting_ = options.draft.mode != DraftMode::kNone && options.draft.max > 0;
   for (int32_t t : prompt) sampler_.accept(t);
@@ -68,15 +68,19 @@ std::vector<int32_t> Generation::propose(std::span<const int32_t> ctx, int n_ctx
   // they must not pass max_tokens.
   const int remaining = options_.max_tokens - static_cast<int>(result_.tokens.size()) - 1;
   const int room = n_ctx - static_cast<int>(ctx.size());
-  const int k = std::min({draft_length_.next(), remaining, room});
-  if (k <= 0 || k < options_.draft.min) return {};
-  std::vector<int32_t> d = ngram_draft(ctx, k);
-  if (static_cast<int>(d.size()) < std::max(1, options_.draft.min)) return {};
-  return d;
+  const int k_max = std::min({options_.draft.max, remaining, room});
+  NgramDraft d = ngram_draft(ctx, k_max);
+  const int k = draft_policy_.choose(d.match, static_cast<int>(d.tokens.size()));
+  d.tokens.resize(k < std::max(1, options_.draft.min) ? 0 : k);
+  // The policy learns from the time of the pass that follows, drafts or not.
+  pass_timer_.reset();
+  timing_ = true;
+  return d.tokens;
 }
 
 Generation::Step Generation::take(std::span<const float> logits, std::span<const int32_t> drafts, int n_used,
                                   int n_ctx, const std::function<bool(const Sampled&)>& emit) {
+  const double pass_seconds = pass_timer_.seconds();
   Step st;
   const size_t n_vocab = logits.size() / (drafts.size() + 1);
   ++result_.n_steps;
@@ -90,11 +94,10 @@ Generation::Step Generation::take(std::span<const float> logits, std::span<const
     if (s.emitted && emit && !emit(s)) cancel();
     if (finished_ || !accepted) break;
   }
-  if (!drafts.empty()) {
-    result_.n_drafted += static_cast<int>(drafts.size());
-    result_.n_accepted += st.n_accepted;
-    draft_length_.record(static_cast<int>(drafts.size()), st.n_accepted);
-  }
+  result_.n_drafted += static_cast<int>(drafts.size());
+  result_.n_accepted += st.n_accepted;
+  draft_policy_.record(static_cast<int>(drafts.size()), st.n_accepted, timing_ ? pass_seconds : -1.0);
+  timing_ = false;
   return st;
 }
 

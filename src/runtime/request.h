@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/timer.h"
 #include "runtime/draft.h"
 #include "sampling/sampler.h"
 #include "sluice/sluice.h"
@@ -65,8 +66,9 @@ class Generation {
   //   evaluate the pending token and the drafts in one forward pass, logits for every row
   //   step = take(rows, drafts, ...)   samples tokens in order while they match the drafts
   //   keep KV positions < n_used + step.n_accepted, append step.tokens to the context
-  // Draft tokens for the next forward pass (none when drafting is off, paused, or no candidate
-  // of at least DraftOptions::min tokens exists), limited to the context and max_tokens.
+  // Draft tokens for the next forward pass (none when drafting is off, no candidate of at least
+  // DraftOptions::min tokens exists, or DraftPolicy finds they would not pay), limited to the
+  // context and max_tokens. Times the pass from here to take() for the policy.
   std::vector<int32_t> propose(std::span<const int32_t> ctx, int n_ctx);
   struct Step {
     std::vector<int32_t> tokens;  // sampled this step: the accepted drafts, then one more (unless finished)
@@ -98,7 +100,9 @@ class Generation {
   GenerateResult result_;
   bool finished_ = false;
   bool drafting_ = false;
-  DraftLength draft_length_;
+  DraftPolicy draft_policy_;
+  Timer pass_timer_;     // from propose() to take(): the forward pass between them
+  bool timing_ = false;  // propose() started pass_timer_ for the pass take() now receives
 };
 
 }  // namespace sluice

@@ -19,34 +19,63 @@ namespace {
 TEST(NgramDraft, ProposesWhatFollowedTheLatestOccurrenceOfTheSuffix) {
   // Suffix (7, 8) occurs at 1 and 5; the latest (5) was followed by 9, 7, 8.
   const std::vector<int32_t> ctx = {1, 7, 8, 2, 3, 7, 8, 9, 7, 8};
-  EXPECT_EQ(ngram_draft(ctx, 4), (std::vector<int32_t>{9, 7, 8}));
-  EXPECT_EQ(ngram_draft(ctx, 2), (std::vector<int32_t>{9, 7}));
-  EXPECT_EQ(ngram_draft(ctx, 0), std::vector<int32_t>{});
+  EXPECT_EQ(ngram_draft(ctx, 4).tokens, (std::vector<int32_t>{9, 7, 8}));
+  EXPECT_EQ(ngram_draft(ctx, 4).match, 2);
+  EXPECT_EQ(ngram_draft(ctx, 2).tokens, (std::vector<int32_t>{9, 7}));
+  EXPECT_EQ(ngram_draft(ctx, 0).tokens, std::vector<int32_t>{});
   // A longer match wins over a more recent shorter one: (3, 7, 8) matched at 4 proposes 9.
   const std::vector<int32_t> ctx2 = {3, 7, 8, 5, 3, 7, 8, 9, 1, 7, 8, 6, 3, 7, 8};
-  EXPECT_EQ(ngram_draft(ctx2, 1), std::vector<int32_t>{9});
+  EXPECT_EQ(ngram_draft(ctx2, 1).tokens, std::vector<int32_t>{9});
+  EXPECT_EQ(ngram_draft(ctx2, 1).match, 3);
   // No recurring suffix of two tokens: nothing (a single repeated token is not enough).
-  EXPECT_EQ(ngram_draft(std::vector<int32_t>{1, 2, 3, 4, 2, 5}, 4), std::vector<int32_t>{});
-  EXPECT_EQ(ngram_draft(std::vector<int32_t>{}, 4), std::vector<int32_t>{});
+  EXPECT_EQ(ngram_draft(std::vector<int32_t>{1, 2, 3, 4, 2, 5}, 4).match, 0);
+  EXPECT_EQ(ngram_draft(std::vector<int32_t>{}, 4).tokens, std::vector<int32_t>{});
 }
 
-TEST(DraftLength, GrowsOnAcceptanceShrinksOnRejectionAndPausesWhenNothingIsAccepted) {
-  DraftLength d({DraftMode::kNgram, 6, 2});
-  EXPECT_EQ(d.next(), 6);
-  d.record(6, 6);
-  EXPECT_EQ(d.next(), 6);  // capped at max
-  d.record(6, 3);
-  EXPECT_EQ(d.next(), 4);  // accepted + 1
-  d.record(4, 0);          // nothing accepted: one step without drafts, then min
-  EXPECT_EQ(d.next(), 0);
-  EXPECT_EQ(d.next(), 2);
-  d.record(2, 0);  // the pause doubles
-  EXPECT_EQ(d.next(), 0);
-  EXPECT_EQ(d.next(), 0);
-  EXPECT_EQ(d.next(), 2);
-  d.record(2, 2);
-  EXPECT_EQ(d.next(), 3);
-  EXPECT_EQ(DraftLength({DraftMode::kNgram, 0, 0}).next(), 0);
+TEST(DraftPolicy, DraftsOnlyWhenExpectedTokensBeatTheMeasuredCost) {
+  DraftPolicy d({DraftMode::kNgram, 6, 1});
+  // Two one-row passes of 10 ms are measured before any draft.
+  EXPECT_EQ(d.choose(4, 6), 0);
+  d.record(0, 0, 0.010);
+  EXPECT_EQ(d.choose(4, 6), 0);
+  d.record(0, 0, 0.010);
+  EXPECT_EQ(d.choose(0, 0), 0);  // no candidate
+  // The first verify pass drafts all it may, to measure: 6 rows of 9 ms each (RAM-like cost).
+  EXPECT_EQ(d.choose(4, 6), 6);
+  d.record(6, 0, 0.064);
+  EXPECT_NEAR(d.cost(1), 1.9, 1e-9);
+  // Nothing stood: a ≈ 0.3 for 4-token matches, and E(k)/cost(k) < 1.05 for every k. Declined
+  // candidates are probed with one draft after 1, then 2, 4 … declines while probes fail.
+  EXPECT_EQ(d.choose(4, 6), 1);
+  d.record(1, 0, 0.019);
+  EXPECT_EQ(d.choose(4, 6), 0);
+  EXPECT_EQ(d.choose(4, 6), 1);
+  d.record(1, 0, 0.019);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(d.choose(4, 6), 0);
+  EXPECT_EQ(d.choose(4, 6), 1);
+  d.record(1, 0, 0.019);
+  // Cheap verify rows (streamed experts: the rows share the reads) make the same drafts pay.
+  DraftPolicy s({DraftMode::kNgram, 6, 1});
+  s.record(0, 0, 0.100);
+  s.record(0, 0, 0.100);
+  EXPECT_EQ(s.choose(3, 6), 6);
+  s.record(6, 1, 0.112);  // 2 ms per drafted row
+  EXPECT_NEAR(s.cost(6), 1.12, 1e-9);
+  EXPECT_GT(s.choose(3, 6), 1);
+  // Reliable matches earn longer drafts than unreliable ones under the same cost.
+  DraftPolicy r({DraftMode::kNgram, 8, 1});
+  r.record(0, 0, 0.010);
+  r.record(0, 0, 0.010);
+  EXPECT_EQ(r.choose(4, 8), 8);
+  r.record(8, 8, 0.026);  // 2 ms per row; 4-token matches all stood
+  for (int i = 0; i < 4; ++i) {
+    const int k = r.choose(4, 8);
+    EXPECT_GE(k, 6);
+    r.record(k, k, 0.010 + k * 0.002);
+  }
+  EXPECT_GT(r.acceptance(4), 0.9);
+  EXPECT_LE(r.choose(2, 8), 2);  // 2-token matches: only the prior a = 0.5
+  EXPECT_EQ(DraftPolicy({DraftMode::kNgram, 0, 0}).choose(4, 6), 0);
   EXPECT_THROW(check_draft_options({DraftMode::kNgram, 65, 1}), Error);
   EXPECT_THROW(check_draft_options({DraftMode::kNgram, 4, 5}), Error);
 }
@@ -137,12 +166,17 @@ TEST(GenerationTake, SamplesWhileDraftsMatchAndStopsAtLimits) {
   EXPECT_EQ(r.n_accepted, 4);
   EXPECT_EQ(r.n_steps, 2);
   EXPECT_EQ(r.finish, FinishReason::kLength);
-  // max_tokens bounds the drafts: with 3 of 4 tokens generated, none are proposed.
+  // max_tokens bounds the drafts: with 5 of 6 tokens generated, none are proposed. The first
+  // two passes decode one token each (the policy times them before it drafts).
   GenerateOptions o4 = o;
-  o4.max_tokens = 4;
+  o4.max_tokens = 6;
   o4.draft.mode = DraftMode::kNgram;
   Generation g4(*tk, o4, prompt, 0);
   const std::vector<int32_t> ctx = {a, b, a, b, a};
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_TRUE(g4.propose(ctx, 100).empty());
+    g4.take(rows({a}), std::vector<int32_t>{}, 5, 100, {});
+  }
   EXPECT_FALSE(g4.propose(ctx, 100).empty());
   g4.take(rows({a, b, a}), std::vector<int32_t>{a, b}, 5, 100, {});
   EXPECT_TRUE(g4.propose(ctx, 100).empty());
