@@ -56,8 +56,9 @@ int DraftPolicy::choose(int match, int available) {
   if (n_t0_ < kWarmupPasses) return 0;
   last_match_ = match;
   probing_ = false;
-  // Until a verify pass has been timed, draft all: that pass measures what drafting costs.
-  if (!extra_known_) return k_max;
+  // Until a verify pass has been timed, draft the fewest: that pass measures what a drafted row
+  // costs (the first multi-row pass also runs cold), at the least risk.
+  if (!extra_known_) return min_;
   const double a = acceptance(match);
   int best_k = 0;
   double best = kMinGain;
@@ -70,6 +71,7 @@ int DraftPolicy::choose(int match, int available) {
   }
   if (best_k > 0) {
     declined_ = 0;
+    probe_every_ = 1;
     return best_k;
   }
   if (++declined_ < probe_every_) return 0;
@@ -93,7 +95,9 @@ void DraftPolicy::record(int drafted, int accepted, double seconds) {
   Acceptance& a = by_match_[std::clamp(last_match_, 0, kNgramMax)];
   a.accepted = a.accepted * kCountDecay + accepted;
   a.stops = a.stops * kCountDecay + (accepted < drafted ? 1 : 0);
-  if (probing_) probe_every_ = accepted > 0 ? 1 : std::min(kMaxPause, probe_every_ * 2);
+  // Probes back off whatever they find: a probe that stood raises the estimate, and drafting
+  // resumes (and probing starts over) only once the estimate says it pays.
+  if (probing_) probe_every_ = std::min(kMaxPause, probe_every_ * 2);
 }
 
 }  // namespace sluice

@@ -39,8 +39,9 @@ NgramDraft ngram_draft(std::span<const int32_t> ctx, int n_max);
 // passes; it drafts the k that maximises E(k)/cost(k), and nothing unless that beats plain
 // decoding by kMinGain. In RAM a verify row costs nearly a one-row pass, so only long, reliable
 // matches pay; with streamed experts the rows share the expert reads and drafting pays sooner.
-// Declined candidates are probed with a min-length draft now and then (every 1, 2, 4 … kMaxPause
-// declines) so that estimates follow the text.
+// The first verify pass drafts `min` tokens to measure the cost. Declined candidates are probed
+// with a min-length draft after 1, 2, 4 … kMaxPause declines (the interval doubles after each
+// probe and starts over once drafting pays again), so that estimates follow the text.
 class DraftPolicy {
  public:
   static constexpr int kMaxPause = 64;

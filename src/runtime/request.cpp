@@ -64,6 +64,9 @@ Generation::Sampled Generation::record(int32_t token) {
 
 std::vector<int32_t> Generation::propose(std::span<const int32_t> ctx, int n_ctx) {
   if (!drafting_ || finished_) return {};
+  // The policy weighs whole steps: this lookup, the forward pass and take()'s sampling of its rows.
+  pass_timer_.reset();
+  timing_ = true;
   // Up to k drafts: their positions must fit the context, and with the token sampled after them
   // they must not pass max_tokens.
   const int remaining = options_.max_tokens - static_cast<int>(result_.tokens.size()) - 1;
@@ -72,15 +75,11 @@ std::vector<int32_t> Generation::propose(std::span<const int32_t> ctx, int n_ctx
   NgramDraft d = ngram_draft(ctx, k_max);
   const int k = draft_policy_.choose(d.match, static_cast<int>(d.tokens.size()));
   d.tokens.resize(k < std::max(1, options_.draft.min) ? 0 : k);
-  // The policy learns from the time of the pass that follows, drafts or not.
-  pass_timer_.reset();
-  timing_ = true;
   return d.tokens;
 }
 
 Generation::Step Generation::take(std::span<const float> logits, std::span<const int32_t> drafts, int n_used,
                                   int n_ctx, const std::function<bool(const Sampled&)>& emit) {
-  const double pass_seconds = pass_timer_.seconds();
   Step st;
   const size_t n_vocab = logits.size() / (drafts.size() + 1);
   ++result_.n_steps;
@@ -96,7 +95,7 @@ Generation::Step Generation::take(std::span<const float> logits, std::span<const
   }
   result_.n_drafted += static_cast<int>(drafts.size());
   result_.n_accepted += st.n_accepted;
-  draft_policy_.record(static_cast<int>(drafts.size()), st.n_accepted, timing_ ? pass_seconds : -1.0);
+  draft_policy_.record(static_cast<int>(drafts.size()), st.n_accepted, timing_ ? pass_timer_.seconds() : -1.0);
   timing_ = false;
   return st;
 }

@@ -68,7 +68,7 @@ class Generation {
   //   keep KV positions < n_used + step.n_accepted, append step.tokens to the context
   // Draft tokens for the next forward pass (none when drafting is off, no candidate of at least
   // DraftOptions::min tokens exists, or DraftPolicy finds they would not pay), limited to the
-  // context and max_tokens. Times the pass from here to take() for the policy.
+  // context and max_tokens. Times the step from here to the end of take() for the policy.
   std::vector<int32_t> propose(std::span<const int32_t> ctx, int n_ctx);
   struct Step {
     std::vector<int32_t> tokens;  // sampled this step: the accepted drafts, then one more (unless finished)
@@ -101,8 +101,8 @@ class Generation {
   bool finished_ = false;
   bool drafting_ = false;
   DraftPolicy draft_policy_;
-  Timer pass_timer_;     // from propose() to take(): the forward pass between them
-  bool timing_ = false;  // propose() started pass_timer_ for the pass take() now receives
+  Timer pass_timer_;     // from propose() to the end of take(): one decode step
+  bool timing_ = false;  // propose() started pass_timer_ for the step take() now ends
 };
 
 }  // namespace sluice

@@ -40,12 +40,12 @@ TEST(DraftPolicy, DraftsOnlyWhenExpectedTokensBeatTheMeasuredCost) {
   EXPECT_EQ(d.choose(4, 6), 0);
   d.record(0, 0, 0.010);
   EXPECT_EQ(d.choose(0, 0), 0);  // no candidate
-  // The first verify pass drafts all it may, to measure: 6 rows of 9 ms each (RAM-like cost).
-  EXPECT_EQ(d.choose(4, 6), 6);
-  d.record(6, 0, 0.064);
+  // The first verify pass drafts the fewest, to measure: a row of 9 ms (RAM-like cost).
+  EXPECT_EQ(d.choose(4, 6), 1);
+  d.record(1, 0, 0.019);
   EXPECT_NEAR(d.cost(1), 1.9, 1e-9);
   // Nothing stood: a ≈ 0.3 for 4-token matches, and E(k)/cost(k) < 1.05 for every k. Declined
-  // candidates are probed with one draft after 1, then 2, 4 … declines while probes fail.
+  // candidates are probed with one draft after 1, then 2, 4 … declines.
   EXPECT_EQ(d.choose(4, 6), 1);
   d.record(1, 0, 0.019);
   EXPECT_EQ(d.choose(4, 6), 0);
@@ -58,22 +58,23 @@ TEST(DraftPolicy, DraftsOnlyWhenExpectedTokensBeatTheMeasuredCost) {
   DraftPolicy s({DraftMode::kNgram, 6, 1});
   s.record(0, 0, 0.100);
   s.record(0, 0, 0.100);
-  EXPECT_EQ(s.choose(3, 6), 6);
-  s.record(6, 1, 0.112);  // 2 ms per drafted row
+  EXPECT_EQ(s.choose(3, 6), 1);
+  s.record(1, 1, 0.102);  // 2 ms per drafted row
   EXPECT_NEAR(s.cost(6), 1.12, 1e-9);
   EXPECT_GT(s.choose(3, 6), 1);
   // Reliable matches earn longer drafts than unreliable ones under the same cost.
   DraftPolicy r({DraftMode::kNgram, 8, 1});
   r.record(0, 0, 0.010);
   r.record(0, 0, 0.010);
-  EXPECT_EQ(r.choose(4, 8), 8);
-  r.record(8, 8, 0.026);  // 2 ms per row; 4-token matches all stood
-  for (int i = 0; i < 4; ++i) {
+  EXPECT_EQ(r.choose(4, 8), 1);
+  r.record(1, 1, 0.012);  // 2 ms per row; 4-token matches all stood
+  for (int i = 0; i < 6; ++i) {
     const int k = r.choose(4, 8);
-    EXPECT_GE(k, 6);
+    EXPECT_GE(k, 1);
     r.record(k, k, 0.010 + k * 0.002);
   }
   EXPECT_GT(r.acceptance(4), 0.9);
+  EXPECT_GE(r.choose(4, 8), 6);
   EXPECT_LE(r.choose(2, 8), 2);  // 2-token matches: only the prior a = 0.5
   EXPECT_EQ(DraftPolicy({DraftMode::kNgram, 0, 0}).choose(4, 6), 0);
   EXPECT_THROW(check_draft_options({DraftMode::kNgram, 65, 1}), Error);
