@@ -29,6 +29,7 @@ struct SchedulerOptions {
   int prefill_chunk = 128;  // prompt tokens evaluated per step, shared by all prefilling requests
   std::string kv_disk_dir;  // --kv-disk: evicted prefixes (and idle slots at stop) go to files here
   uint64_t kv_disk_max = 0;  // --kv-disk-max: bytes the directory may hold (0: unlimited)
+  DraftOptions draft;       // speculative decoding of every request (requests cannot choose)
 };
 
 struct CompletionRequest {
@@ -78,7 +79,9 @@ struct SchedulerStats {
   uint64_t generated_tokens = 0;
   uint64_t steps = 0;              // forward passes
   uint64_t batch_rows = 0;         // tokens over all steps
-  uint64_t decode_rows = 0;        // of them, one-token decode rows
+  uint64_t decode_rows = 0;        // of them, rows of decoding requests (pending tokens and drafts)
+  uint64_t drafted_tokens = 0;     // draft tokens verified
+  uint64_t accepted_tokens = 0;    // of them, accepted
   int queue_depth = 0;             // waiting for a slot
   int active = 0;                  // holding a slot
   int last_batch_rows = 0;

@@ -59,12 +59,25 @@ struct SamplingOptions {
   uint64_t seed = 0xC0FFEE;
 };
 
+// Speculative decoding. Each step drafts up to `max` tokens, verifies them with the pending token
+// in one forward pass and keeps the longest prefix the sampler agrees with (greedy: the tokens
+// are those of plain decoding; temperature: the same distribution, by the standard rejection rule).
+// Adaptive (the default): drafts only as many tokens, between `min` and `max`, as the measured
+// cost of a wider verify pass and the running acceptance say will pay (runtime/draft.h).
+struct DraftOptions {
+  DraftMode mode = DraftMode::kAuto;
+  int max = 8;           // most tokens drafted per step
+  int min = 1;           // fewer candidates than this: decode one token
+  bool adaptive = true;  // false: draft every candidate up to max (tests that must see drafts)
+};
+
 struct GenerateOptions {
   int max_tokens = 128;
   // ≥ 0: record each generated token's log-probability and this many most likely alternatives
   // (at most 20) in GenerateResult::logprobs; < 0: off.
   int logprobs = -1;
   SamplingOptions sampling;
+  DraftOptions draft;
   std::vector<std::string> stop;  // generation ends before any of these strings
   bool stop_at_eog = true;        // end at the model's end-of-generation tokens
 };
@@ -90,6 +103,9 @@ struct GenerateResult {
   int n_reused = 0;             // prompt tokens served from the cache
   double prefill_seconds = 0;
   double decode_seconds = 0;
+  int n_drafted = 0;   // draft tokens verified
+  int n_accepted = 0;  // of them, accepted (each one a token without a forward pass of its own)
+  int n_steps = 0;     // decode forward passes (with drafting, fewer than the generated tokens)
 };
 
 // Called with each generated token and its text (UTF-8 complete; may be empty while a

@@ -29,13 +29,19 @@ enum class EvictionPolicy { kLru, kLfu, kNextUse };
 // blocks of 32 values with one f16 scale; a head whose size is not a multiple of 32 is padded with
 // zeros to whole blocks.
 enum class KvType { kF32, kF16, kBF16, kQ8_0, kQ4_0 };
+// Speculative decoding: where draft tokens come from. auto: the file's MTP layers when it has
+// them, else n-gram lookup; ngram: continuations of earlier occurrences of the context's last
+// tokens (prompt lookup, no extra weights); none: one token per forward pass.
+enum class DraftMode { kAuto, kNone, kNgram };
 
 const char* expert_mode_name(ExpertMode m);          // "auto", "ram", "mmap", "stream"
 const char* eviction_policy_name(EvictionPolicy p);  // "lru", "lfu", "nextuse"
+const char* draft_mode_name(DraftMode m);            // "auto", "none", "ngram"
 // nullopt for any other spelling.
 std::optional<ExpertMode> parse_expert_mode(std::string_view name);
 std::optional<EvictionPolicy> parse_eviction_policy(std::string_view name);
 const char* kv_type_name(KvType t);  // "f32", "f16", "bf16", "q8_0", "q4_0"
 std::optional<KvType> parse_kv_type(std::string_view name);
+std::optional<DraftMode> parse_draft_mode(std::string_view name);
 
 }  // namespace sluice

@@ -256,7 +256,7 @@ void ChatRepl::send(const std::string& user_text) {
   // prompt shows. A stopped reply is kept too, so the next turn continues from what was seen.
   messages_.push_back({{"role", "assistant"}, {"content", r.text}});
   last_ = {static_cast<int>(prompt.size()), r.n_reused, r.n_prompt, static_cast<int>(r.tokens.size()),
-           r.prefill_seconds, r.decode_seconds, r.finish};
+           r.prefill_seconds, r.decode_seconds, r.finish, r.n_drafted, r.n_accepted, r.n_steps};
   total_reused_ += r.n_reused;
   total_evaluated_ += r.n_prompt;
   total_generated_ += r.tokens.size();
@@ -273,6 +273,9 @@ void ChatRepl::print_stats() {
         "decode {} tokens, {:.1f} t/s ({:.3f} s); finish: {}\n",
         t.prompt_tokens, t.reused, t.evaluated, rate(t.evaluated, t.prefill_seconds), t.prefill_seconds, t.generated,
         rate(t.generated, t.decode_seconds), t.decode_seconds, finish_name(t.finish));
+    out_ << fmt::format("drafts: {} drafted, {} accepted ({:.1f} %), {:.2f} tokens per forward pass\n", t.drafted,
+                        t.accepted, t.drafted ? 100.0 * t.accepted / t.drafted : 0.0,
+                        t.steps ? static_cast<double>(t.generated) / t.steps : 0.0);
     out_ << fmt::format("session: {} turns, {} prompt tokens reused, {} evaluated, {} generated\n", turns_,
                         total_reused_, total_evaluated_, total_generated_);
   }

@@ -45,6 +45,7 @@ struct TurnStats {
   int prompt_tokens = 0, reused = 0, evaluated = 0, generated = 0;
   double prefill_seconds = 0, decode_seconds = 0;
   FinishReason finish = FinishReason::kLength;
+  int drafted = 0, accepted = 0, steps = 0;  // speculative decoding
 };
 
 class ChatRepl {

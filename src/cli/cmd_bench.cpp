@@ -1,11 +1,13 @@
 // `sluice bench`: prefill and decode throughput of one model, llama-bench style.
 //
 // Each test runs on a fresh session: `pp N` evaluates N prompt tokens in one batch, `tg N` decodes
-// N tokens one at a time after a one-token prompt (greedy sampling, end-of-generation ignored, so
-// the real decode path runs every step). A warm-up pass first touches the weights so the first
+// N tokens after a one-token prompt, or after the text of -f (evaluated outside the measurement),
+// with greedy sampling and end-of-generation ignored, so the real decode path runs every step;
+// one token per forward pass unless --draft asks for speculative decoding (then the acceptance and
+// tokens per pass are printed too). A warm-up pass first touches the weights so the first
 // repetition does not pay page faults; with streamed experts it also fills the cache the way a
-// running server's would be. Expert statistics are taken as deltas around each repetition, so
-// the MB/s and hit rate printed belong to that test alone.
+// running server's would be. Expert statistics are taken as deltas around the timed part of each
+// repetition, so the MB/s and hit rate printed belong to that test alone.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -28,6 +30,7 @@ struct TestResult {
   std::string name;  // "pp64", "tg32"
   int n_tokens = 0;
   std::vector<double> tps;  // tokens/s per repetition
+  int drafted = 0, accepted = 0, steps = 0;  // decode tests: speculative decoding, summed
   ExpertStats experts;      // summed over the repetitions
   double seconds = 0;       // summed over the repetitions
 };
@@ -43,6 +46,19 @@ ExpertStats minus(const ExpertStats& a, const ExpertStats& b) {
   d.prefetch_issued = a.prefetch_issued - b.prefetch_issued;
   d.prefetch_used = a.prefetch_used - b.prefetch_used;
   return d;
+}
+
+ExpertStats plus(const ExpertStats& a, const ExpertStats& b) {
+  ExpertStats s;
+  s.requests = a.requests + b.requests;
+  s.hits = a.hits + b.hits;
+  s.misses = a.misses + b.misses;
+  s.bytes_read = a.bytes_read + b.bytes_read;
+  s.read_seconds = a.read_seconds + b.read_seconds;
+  s.stall_seconds = a.stall_seconds + b.stall_seconds;
+  s.prefetch_issued = a.prefetch_issued + b.prefetch_issued;
+  s.prefetch_used = a.prefetch_used + b.prefetch_used;
+  return s;
 }
 
 std::vector<int> parse_list(const std::string& s, const char* flag) {
@@ -74,27 +90,45 @@ std::vector<int32_t> random_tokens(int n, int n_vocab, uint32_t seed) {
   return t;
 }
 
-double run_pp(Engine& engine, int n, uint32_t seed) {
+// What a decode test needs beyond the token count: its prompt (a file's text, else one random
+// token) and the draft options.
+struct TgSetup {
+  std::vector<int32_t> prompt;
+  DraftOptions draft;
+};
+
+struct Timing {
+  double seconds = 0;
+  int drafted = 0, accepted = 0, steps = 0;
+  ExpertStats experts;  // read by the timed part only
+};
+
+Timing run_pp(Engine& engine, int n, uint32_t seed, const TgSetup&) {
   auto session = engine.new_session();
   const auto tokens = random_tokens(n, engine.info().n_vocab, seed);
   Timer t;
+  const ExpertStats before = engine.expert_stats();
   session->evaluate(tokens);
   // In a pipeline the prompt is done when the last stage is: wait for its word.
   engine.share_token(0);
-  return t.seconds();
+  return {t.seconds(), 0, 0, 0, minus(engine.expert_stats(), before)};
 }
 
-double run_tg(Engine& engine, int n, uint32_t seed) {
+Timing run_tg(Engine& engine, int n, uint32_t seed, const TgSetup& setup) {
   auto session = engine.new_session();
   GenerateOptions go;
   go.max_tokens = n;
   go.sampling.temperature = 0;
   go.stop_at_eog = false;
-  const auto prompt = random_tokens(1, engine.info().n_vocab, seed);
+  go.draft = setup.draft;
+  const auto prompt = setup.prompt.empty() ? random_tokens(1, engine.info().n_vocab, seed) : setup.prompt;
+  // A prompt file is evaluated first, outside the measurement (generate() then reuses it).
+  if (prompt.size() > 1) session->evaluate(prompt);
+  const ExpertStats before = engine.expert_stats();
   GenerateResult r = session->generate(prompt, go, [](int32_t, std::string_view) { return true; });
   if (static_cast<int>(r.tokens.size()) != n)
     fail("tg{}: generated {} tokens instead of {}", n, r.tokens.size(), n);
-  return r.decode_seconds;
+  return {r.decode_seconds, r.n_drafted, r.n_accepted, r.n_steps, minus(engine.expert_stats(), before)};
 }
 
 double mean(const std::vector<double>& v) {
@@ -125,7 +159,15 @@ int cmd_bench(int argc, char** argv) {
   app.add_option("-r,--repetitions", reps, "repetitions of each test")->check(CLI::Range(1, 1000))->capture_default_str();
   app.add_option("-o,--output", format, "table, csv or json")->check(CLI::IsMember({"table", "csv", "json"}))->capture_default_str();
   app.add_flag("--no-warmup", no_warmup, "skip the warm-up pass");
+  std::string prompt_file;
+  app.add_option("-f,--file", prompt_file, "decode tests: continue this text (default: one random token)")
+      ->check(CLI::ExistingFile);
+  DraftFlags df;
+  df.mode = "none";  // decode tests measure plain decoding unless drafting is asked for
+  add_draft_flags(app, df);
   SLUICE_PARSE(app, argc, argv);
+  TgSetup setup;
+  setup.draft = draft_options(df);
   std::vector<int> pps = parse_list(pp_list, "--n-prompt");
   std::vector<int> tgs = parse_list(tg_list, "--n-gen");
   if (pps.empty() && tgs.empty()) fail("nothing to measure: give -p and/or -n with a count above 0");
@@ -137,7 +179,9 @@ int cmd_bench(int argc, char** argv) {
   int longest = 2;
   for (int n : pps) longest = std::max(longest, n + 1);
   for (int n : tgs) longest = std::max(longest, n + 2);
-  if (!defaults && mf.ctx == 0) eo.n_ctx = longest;
+  // With a prompt file its length is known only once the tokenizer is loaded: the context is then
+  // the model's default (or -c) and checked below.
+  if (!defaults && mf.ctx == 0 && prompt_file.empty()) eo.n_ctx = longest;
   apply_pipeline(mf, eo);
   pipeline_output_from(0);
   auto engine = Engine::load(eo);
@@ -155,27 +199,33 @@ int cmd_bench(int argc, char** argv) {
   } else if (longest > mi.n_ctx) {
     fail("the longest test needs {} positions; the context is {} (-c to enlarge it)", longest, mi.n_ctx);
   }
+  if (!prompt_file.empty()) {
+    setup.prompt = engine->tokenize(read_text(prompt_file), true);
+    for (int n : tgs)
+      if (static_cast<int>(setup.prompt.size()) + n + 1 > mi.n_ctx)
+        fail("tg{} after the {} tokens of {} needs {} positions; the context is {} (-c to enlarge it)", n,
+             setup.prompt.size(), prompt_file, setup.prompt.size() + n + 1, mi.n_ctx);
+  }
   fmt::print(stderr, "model: {} ({}, {} layers, {} experts top-{}), {:.2f} GB, loaded in {:.2f} s\n", mf.model,
              mi.architecture, mi.n_layer, mi.n_expert, mi.n_expert_used, mi.file_bytes / 1e9, engine->load_seconds());
   fmt::print(stderr, "experts: {}\n", mi.experts_detail);
 
   if (!no_warmup) {
-    run_pp(*engine, std::min(16, longest), 1);
-    run_tg(*engine, 2, 2);
+    run_pp(*engine, std::min(16, longest), 1, setup);
+    run_tg(*engine, 2, 2, setup);
   }
 
   std::vector<TestResult> results;
   auto measure = [&](const std::string& name, int n, auto&& fn) {
-    TestResult tr{name, n, {}, {}, 0};
-    // Between repetitions only sessions are created and dropped, which reads no expert: one
-    // delta around the loop is the sum over the repetitions.
-    const ExpertStats before = engine->expert_stats();
+    TestResult tr{name, n, {}, 0, 0, 0, {}, 0};
     for (int r = 0; r < reps; ++r) {
-      const double secs = fn(*engine, n, static_cast<uint32_t>(100 + r));
+      const Timing tm = fn(*engine, n, static_cast<uint32_t>(100 + r), setup);
+      const double secs = tm.seconds;
+      tr.drafted += tm.drafted, tr.accepted += tm.accepted, tr.steps += tm.steps;
       tr.seconds += secs;
+      tr.experts = plus(tr.experts, tm.experts);
       tr.tps.push_back(n / std::max(secs, 1e-9));
     }
-    tr.experts = minus(engine->expert_stats(), before);
     results.push_back(std::move(tr));
   };
   for (int n : pps) measure(fmt::format("pp{}", n), n, run_pp);
@@ -184,11 +234,11 @@ int cmd_bench(int argc, char** argv) {
   const std::string threads = mf.threads > 0 ? std::to_string(mf.threads) : "all";
   if (format == "csv") {
     fmt::print("model,experts_mode,threads,test,n_tokens,reps,tps_mean,tps_stddev,hit_rate,mb_read_per_token,"
-               "read_mb_s,stall_s_per_token,prefetch_precision\n");
+               "read_mb_s,stall_s_per_token,prefetch_precision,draft_acceptance,tokens_per_step\n");
   } else if (format == "table") {
-    fmt::print("| {:<6} | {:>12} | {:>8} | {:>9} | {:>10} | {:>8} | {:>11} |\n", "test", "t/s", "hit %",
-               "MB/token", "read MB/s", "stall/t", "prefetch %");
-    fmt::print("|{:-<8}|{:-<14}|{:-<10}|{:-<11}|{:-<12}|{:-<10}|{:-<13}|\n", "", "", "", "", "", "", "");
+    fmt::print("| {:<6} | {:>12} | {:>8} | {:>9} | {:>10} | {:>8} | {:>11} | {:>8} | {:>8} |\n", "test", "t/s", "hit %",
+               "MB/token", "read MB/s", "stall/t", "prefetch %", "accept %", "tok/pass");
+    fmt::print("|{:-<8}|{:-<14}|{:-<10}|{:-<11}|{:-<12}|{:-<10}|{:-<13}|{:-<10}|{:-<10}|\n", "", "", "", "", "", "", "", "", "");
   } else {
     fmt::print("[");
   }
@@ -201,18 +251,22 @@ int cmd_bench(int argc, char** argv) {
     const double mbs = e.bytes_read / 1e6 / std::max(r.seconds, 1e-9);
     const double stall = e.stall_seconds / tokens;
     const double prec = e.prefetch_issued ? 100.0 * e.prefetch_used / e.prefetch_issued : 0.0;
+    // Decode tests: drafts accepted and tokens per forward pass (1 without drafting); 0 for prefill.
+    const double accept = r.drafted ? 100.0 * r.accepted / r.drafted : 0.0;
+    const double per_pass = r.steps ? tokens / r.steps : 0.0;
     if (format == "csv") {
-      fmt::print("{},{},{},{},{},{},{:.3f},{:.3f},{:.2f},{:.3f},{:.1f},{:.4f},{:.2f}\n", mf.model, mi.experts_mode,
-                 threads, r.name, r.n_tokens, reps, mean(r.tps), stddev(r.tps), hit, mb_tok, mbs, stall, prec);
+      fmt::print("{},{},{},{},{},{},{:.3f},{:.3f},{:.2f},{:.3f},{:.1f},{:.4f},{:.2f},{:.2f},{:.3f}\n", mf.model,
+                 mi.experts_mode, threads, r.name, r.n_tokens, reps, mean(r.tps), stddev(r.tps), hit, mb_tok, mbs, stall,
+                 prec, accept, per_pass);
     } else if (format == "table") {
-      fmt::print("| {:<6} | {:>6.2f} ± {:<3.2f} | {:>8.1f} | {:>9.2f} | {:>10.1f} | {:>8.4f} | {:>11.1f} |\n", r.name,
-                 mean(r.tps), stddev(r.tps), hit, mb_tok, mbs, stall, prec);
+      fmt::print("| {:<6} | {:>6.2f} ± {:<3.2f} | {:>8.1f} | {:>9.2f} | {:>10.1f} | {:>8.4f} | {:>11.1f} | {:>8.1f} | {:>8.2f} |\n",
+                 r.name, mean(r.tps), stddev(r.tps), hit, mb_tok, mbs, stall, prec, accept, per_pass);
     } else {
       fmt::print("{}{{\"test\":\"{}\",\"n_tokens\":{},\"experts_mode\":\"{}\",\"tps_mean\":{:.4f},\"tps_stddev\":{:.4f},"
                  "\"hit_rate\":{:.3f},\"mb_read_per_token\":{:.4f},\"read_mb_s\":{:.2f},\"stall_s_per_token\":{:.5f},"
-                 "\"prefetch_precision\":{:.3f}}}",
+                 "\"prefetch_precision\":{:.3f},\"draft_acceptance\":{:.2f},\"tokens_per_step\":{:.3f}}}",
                  i ? "," : "", r.name, r.n_tokens, mi.experts_mode, mean(r.tps), stddev(r.tps), hit, mb_tok, mbs,
-                 stall, prec);
+                 stall, prec, accept, per_pass);
     }
   }
   if (format == "json") fmt::print("]\n");

@@ -36,6 +36,8 @@ int cmd_chat(int argc, char** argv) {
   chat::ChatConfig cfg;
   cfg.generate.max_tokens = 1024;
   add_sampling_flags(app, cfg.generate.sampling);
+  DraftFlags df;
+  add_draft_flags(app, df);
   app.add_option("-n,--n-predict,--predict", cfg.generate.max_tokens, "most tokens per reply")
       ->check(CLI::Range(1, 1 << 24))->capture_default_str();
   app.add_option("--system", cfg.system, "system prompt (also -sys)");
@@ -45,6 +47,7 @@ int cmd_chat(int argc, char** argv) {
                  "restore the conversation and KV state saved in FILE (when model and KV type match); save at exit");
   app.add_flag("--no-history", no_history, "do not read or write the history file");
   SLUICE_PARSE(app, argc, argv);
+  cfg.generate.draft = draft_options(df);
 
   auto engine = Engine::load(engine_options(mf));
   const ModelInfo& mi = engine->info();

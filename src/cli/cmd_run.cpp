@@ -18,6 +18,8 @@ int cmd_run(int argc, char** argv) {
   add_model_flags(app, mf);
   GenerateOptions go;
   add_sampling_flags(app, go.sampling);
+  DraftFlags df;
+  add_draft_flags(app, df);
   std::string prompt, prompt_file;
   bool stats = false, no_bos = false;
   auto* p = app.add_option("-p,--prompt", prompt, "prompt text");
@@ -34,6 +36,7 @@ int cmd_run(int argc, char** argv) {
   if (!prompt_file.empty()) prompt = read_text(prompt_file);
   if (prompt.empty()) fail("give a prompt with -p TEXT or -f FILE");
   go.stop_at_eog = !ignore_eos;
+  go.draft = draft_options(df);
 
   EngineOptions eo = engine_options(mf);
   apply_pipeline(mf, eo);
@@ -76,6 +79,11 @@ int cmd_run(int argc, char** argv) {
   fmt::print(stderr, "prefill: {} tokens in {:.3f} s ({:.2f} t/s); decode: {} tokens in {:.3f} s ({:.2f} t/s)\n",
              r.n_prompt, r.prefill_seconds, r.n_prompt / std::max(r.prefill_seconds, 1e-9), n_gen,
              r.decode_seconds, n_gen / std::max(r.decode_seconds, 1e-9));
+  if (r.n_drafted > 0 || go.draft.mode != DraftMode::kNone)
+    fmt::print(stderr, "draft ({}): {} drafted, {} accepted ({:.1f} %), {} tokens in {} forward passes ({:.2f} tokens/pass)\n",
+               draft_mode_name(go.draft.mode), r.n_drafted, r.n_accepted,
+               r.n_drafted ? 100.0 * r.n_accepted / r.n_drafted : 0.0, n_gen, r.n_steps,
+               r.n_steps ? static_cast<double>(n_gen) / r.n_steps : 0.0);
   if (stats) {
     print_pipeline_traffic(eo, r.n_prompt + n_gen);
     ExpertStats es = engine->expert_stats();

@@ -35,6 +35,8 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--shutdown-grace", so.shutdown_grace_seconds, "seconds running requests may finish after SIGTERM")->check(CLI::Range(0.0, 86400.0))->capture_default_str();
   app.add_option("--read-timeout", so.request_read_seconds, "seconds a client may take to send a whole request")->check(CLI::Range(0.1, 3600.0))->capture_default_str();
   app.add_option("--max-reading", so.max_reading, "connections that may be sending a request at once; more are refused")->check(CLI::Range(1, 4096))->capture_default_str();
+  DraftFlags df;
+  add_draft_flags(app, df);
   app.add_option("--alias", so.model_name, "model id reported by /v1/models (default: the file name)");
   SLUICE_PARSE(app, argc, argv);
   so.max_body_bytes = parse_byte_size(max_body, "--max-body");
@@ -42,6 +44,7 @@ int cmd_serve(int argc, char** argv) {
     if (so.scheduler.kv_disk_dir.empty()) throw CLI::ValidationError("--kv-disk-max", "needs --kv-disk DIR");
     so.scheduler.kv_disk_max = parse_byte_size(kv_disk_max, "--kv-disk-max");
   }
+  so.scheduler.draft = draft_options(df);
   if (so.model_name.empty()) so.model_name = std::filesystem::path(mf.model).stem().string();
 
   sigset_t set;

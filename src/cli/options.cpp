@@ -104,6 +104,21 @@ void restore_session(Session& session, const std::string& path) {
   else fmt::print(stderr, "session: not restored: {}; starting fresh\n", why);
 }
 
+void add_draft_flags(CLI::App& app, DraftFlags& d) {
+  app.add_option("--draft", d.mode, "speculative decoding: auto (n-gram lookup), ngram or none")
+      ->check(CLI::IsMember({"auto", "none", "ngram"}))->capture_default_str();
+  app.add_option("--draft-max", d.options.max, "most tokens drafted per step")->check(CLI::Range(0, 64))->capture_default_str();
+  app.add_option("--draft-min", d.options.min, "draft only when at least N tokens are proposed")->check(CLI::Range(0, 64))->capture_default_str();
+}
+
+DraftOptions draft_options(const DraftFlags& d) {
+  DraftOptions o = d.options;
+  o.mode = *parse_draft_mode(d.mode);
+  if (o.min > o.max)
+    throw CLI::ValidationError("--draft-min", fmt::format("{} is larger than --draft-max {}", o.min, o.max));
+  return o;
+}
+
 EngineOptions engine_options(const ModelFlags& f) {
   // Contradictory flags are argument errors (exit 2), not something to resolve silently.
   if (f.streaming && f.experts != "auto" && f.experts != "stream")

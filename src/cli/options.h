@@ -34,6 +34,14 @@ void add_sampling_flags(CLI::App& app, SamplingOptions& s);
 void add_kv_type_flags(CLI::App& app, std::string& type_k, std::string& type_v);
 // -q/--quiet: the log level drops to warnings, which silences progress (core/progress.h).
 void add_quiet_flag(CLI::App& app);
+// --draft, --draft-max, --draft-min (speculative decoding). --draft is parsed into d.mode by
+// draft_options() after parsing.
+struct DraftFlags {
+  std::string mode = "auto";
+  DraftOptions options;
+};
+void add_draft_flags(CLI::App& app, DraftFlags& d);
+DraftOptions draft_options(const DraftFlags& d);
 EngineOptions engine_options(const ModelFlags& f);
 // -f FILE validation that also accepts '-' (standard input), and the reader to match.
 CLI::Validator stdin_or_file();

@@ -9,6 +9,7 @@ namespace {
 constexpr std::array kModes = {ExpertMode::kAuto, ExpertMode::kRam, ExpertMode::kMmap, ExpertMode::kStream};
 constexpr std::array kPolicies = {EvictionPolicy::kLru, EvictionPolicy::kLfu, EvictionPolicy::kNextUse};
 constexpr std::array kKvTypes = {KvType::kF32, KvType::kF16, KvType::kBF16, KvType::kQ8_0, KvType::kQ4_0};
+constexpr std::array kDraftModes = {DraftMode::kAuto, DraftMode::kNone, DraftMode::kNgram};
 }  // namespace
 
 const char* expert_mode_name(ExpertMode m) {
@@ -26,6 +27,15 @@ const char* eviction_policy_name(EvictionPolicy p) {
     case EvictionPolicy::kLru: return "lru";
     case EvictionPolicy::kLfu: return "lfu";
     case EvictionPolicy::kNextUse: return "nextuse";
+  }
+  return "?";
+}
+
+const char* draft_mode_name(DraftMode m) {
+  switch (m) {
+    case DraftMode::kAuto: return "auto";
+    case DraftMode::kNone: return "none";
+    case DraftMode::kNgram: return "ngram";
   }
   return "?";
 }
@@ -56,6 +66,12 @@ const char* kv_type_name(KvType t) {
 std::optional<KvType> parse_kv_type(std::string_view name) {
   for (KvType t : kKvTypes)
     if (name == kv_type_name(t)) return t;
+  return std::nullopt;
+}
+
+std::optional<DraftMode> parse_draft_mode(std::string_view name) {
+  for (DraftMode m : kDraftModes)
+    if (name == draft_mode_name(m)) return m;
   return std::nullopt;
 }
 

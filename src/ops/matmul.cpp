@@ -44,6 +44,8 @@ class Scratch {
 // Converted activations of the calling thread, and one dequantized weight row per pool thread for
 // types without a dot kernel. Pool threads live as long as the pool, so theirs persists too.
 thread_local Scratch t_activations;
+// Set by ExactRows on the thread that calls matmul.
+thread_local bool t_exact_rows = false;
 thread_local Scratch t_dequant_row;
 
 struct Job {
@@ -61,6 +63,7 @@ struct Job {
   int64_t row_parts[kMaxMats];
   int64_t token_parts[kMaxMats];
   int64_t first_part[kMaxMats + 1];
+  int64_t dot_rows = kMaxDotRows;  // tokens per vec_dot_multi call (1 for ExactRows)
   // Parts are claimed from a shared counter rather than assigned one per thread: a thread that
   // the OS deschedules (an oversubscribed machine, a server's other threads) delays only the
   // part it holds, and the others take the rest. Rows are independent, so results do not depend
@@ -98,8 +101,8 @@ void run_range(const Job& job, int m, int64_t r0, int64_t r1, int64_t t0, int64_
       const std::byte* wrow = w.data + static_cast<uint64_t>(r) * w.row_stride;
       float* yr = y + r;
       if (job.k.vec_dot_multi) {
-        for (int64_t t = tt; t < te; t += kMaxDotRows) {
-          const int n_x = static_cast<int>(std::min<int64_t>(kMaxDotRows, te - t));
+        for (int64_t t = tt; t < te; t += job.dot_rows) {
+          const int n_x = static_cast<int>(std::min<int64_t>(job.dot_rows, te - t));
           float out[kMaxDotRows];
           job.k.vec_dot_multi(w.n_in, wrow, job.xq + static_cast<uint64_t>(t) * job.xq_stride,
                               job.xq_stride, n_x, out);
@@ -190,6 +193,10 @@ void matmul_same_input(ThreadPool& pool, const MatView* w, int n_mats, const flo
   job.k = dot_kernels(w[0].type, isa);
   job.x = x;
   job.n_tokens = n_tokens;
+  if (t_exact_rows && job.k.vec_dot) {
+    job.k.gemm = nullptr;
+    job.dot_rows = 1;
+  }
   const int64_t nt = pool.size();
   // Four parts per thread when there are rows enough (at least kMinPartRows each), so that the
   // shared counter can even out a slow thread; fewer rows than threads split the tokens too.
@@ -215,6 +222,9 @@ void matmul_same_input(ThreadPool& pool, const MatView* w, int n_mats, const flo
 }
 
 }  // namespace
+
+ExactRows::ExactRows(bool on) : previous_(t_exact_rows) { t_exact_rows = t_exact_rows || on; }
+ExactRows::~ExactRows() { t_exact_rows = previous_; }
 
 void matmul(ThreadPool& pool, const MatView& w, const float* x, int64_t n_tokens, float* y,
             Isa isa) {

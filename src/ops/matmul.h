@@ -20,6 +20,22 @@ namespace sluice {
 // belongs to the calling thread.
 void matmul(ThreadPool& pool, const MatView& w, const float* x, int64_t n_tokens, float* y);
 
+// While an ExactRows scope is alive on the calling thread, matmul computes every token row the
+// way a one-token call does (one row per dot kernel call, no GEMM, no multi-row kernel), so the
+// rows of a batch equal one-token evaluations bit for bit. Speculative decoding verifies drafts
+// in such batches, which keeps its output identical to decoding one token at a time; the weights
+// are still read once per tile of tokens. Types that only have a GEMM keep it.
+class ExactRows {
+ public:
+  explicit ExactRows(bool on);
+  ~ExactRows();
+  ExactRows(const ExactRows&) = delete;
+  ExactRows& operator=(const ExactRows&) = delete;
+
+ private:
+  bool previous_;
+};
+
 // The same with an explicit kernel set instead of the process-wide choice (tests, benchmarks).
 void matmul(ThreadPool& pool, const MatView& w, const float* x, int64_t n_tokens, float* y,
             Isa isa);

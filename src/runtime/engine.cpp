@@ -11,6 +11,7 @@
 #include "core/timer.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
+#include "ops/matmul.h"
 #include "runtime/engine_impl.h"
 #include "runtime/expert_setup.h"
 #include "runtime/kv_state.h"
@@ -126,14 +127,23 @@ void engine_forward(Engine::Impl& e, const Batch& batch, KvCache& kv, std::vecto
   if (!m.last_stage()) e.link->send_hidden(hidden);
 }
 
-Generation::Sampled next_token(Engine::Impl& e, Generation& gen, std::span<const float> logits) {
-  if (!e.link) return gen.sample(logits);
+Generation::Step decode_step(Engine::Impl& e, Generation& gen, std::span<const float> rows,
+                             std::span<const int32_t> drafts, int n_used, int n_ctx,
+                             const std::function<bool(const Generation::Sampled&)>& emit) {
+  if (!e.link) return gen.take(rows, drafts, n_used, n_ctx, emit);
+  if (!drafts.empty()) fail("a pipeline does not verify drafts");
+  // Every stage counts the same tokens against the same limits, so all stop together.
   if (e.link->last()) {
-    Generation::Sampled s = gen.sample(logits);
-    e.link->share_token(s.token);
-    return s;
+    Generation::Step st = gen.take(rows, drafts, n_used, n_ctx, emit);
+    if (!st.tokens.empty()) e.link->share_token(st.tokens.back());
+    return st;
   }
-  return gen.accept(e.link->share_token(-1));
+  Generation::Step st;
+  if (gen.limit_reached(n_used, n_ctx)) return st;
+  const Generation::Sampled s = gen.accept(e.link->share_token(-1));
+  st.tokens.push_back(s.token);
+  if (s.emitted && emit && !emit(s)) gen.cancel();
+  return st;
 }
 
 ExpertStats Engine::expert_stats() const {
@@ -149,30 +159,39 @@ struct Session::Impl {
   std::vector<float> logits;    // after the last evaluated token
   int reused = 0;               // prompt tokens the last evaluate() took from the cache
 
-  // Evaluates tokens[from, to) at their positions; when `all` is set, keeps logits of each.
-  void run(std::span<const int32_t> toks, int from, std::vector<float>* all) {
+  // Evaluates toks[from, end) at their positions. Logits of the last `n_rows` tokens go to `rows`
+  // (n_rows × n_vocab, all tokens when n_rows < 0); `logits` keeps the last token's. `exact`:
+  // every row as a one-token pass computes it (ExactRows), for verifying drafts.
+  void run(std::span<const int32_t> toks, int from, std::vector<float>* rows, int n_rows = -1, bool exact = false) {
+    const ExactRows exact_rows(exact);
     Model& m = *engine->model;
     const int n_vocab = m.hparams().n_vocab;
+    const int n = static_cast<int>(toks.size());
+    const int first_row = rows ? (n_rows < 0 ? 0 : n - n_rows) : n;
     ExpertsLease lease(*engine, "a Session");
     Batch b;
     std::vector<float> out;
-    Progress progress("prompt", static_cast<uint64_t>(static_cast<int>(toks.size()) - from),
-                      "tokens");
-    for (int start = from; start < static_cast<int>(toks.size()); start += kPrefillChunk) {
-      const int end = std::min<int>(toks.size(), start + kPrefillChunk);
+    Progress progress("prompt", static_cast<uint64_t>(n - from), "tokens");
+    for (int start = from; start < n; start += kPrefillChunk) {
+      const int end = std::min(n, start + kPrefillChunk);
       b.clear();
-      for (int i = start; i < end; ++i) b.add(toks[i], i, 0, all != nullptr || i == end - 1);
+      for (int i = start; i < end; ++i) b.add(toks[i], i, 0, i >= first_row || i == end - 1);
       try {
         engine_forward(*engine, b, *kv, out);
       } catch (...) {
         // The cache holds only fully evaluated steps; forget the rest so the session stays usable.
-        tokens.resize(kv->length(0));
+        tokens.resize(std::min<size_t>(tokens.size(), kv->length(0)));
         throw;
       }
-      if (all) all->insert(all->end(), out.begin(), out.end());
       // Only the last pipeline stage has logits.
-      if (out.empty()) logits.clear();
-      else logits.assign(out.end() - n_vocab, out.end());
+      if (out.empty()) {
+        logits.clear();
+      } else {
+        // Rows come in batch order: the chunk's rows from first_row on, or only its last one.
+        const int kept = std::max(0, end - std::max(start, first_row));
+        if (rows) rows->insert(rows->end(), out.end() - static_cast<ptrdiff_t>(kept) * n_vocab, out.end());
+        logits.assign(out.end() - n_vocab, out.end());
+      }
       progress.update(static_cast<uint64_t>(end - from));
     }
   }
@@ -270,14 +289,32 @@ GenerateResult Session::generate(std::span<const int32_t> prompt, const Generate
   Timer t;
   evaluate(prompt);
   const double prefill_seconds = t.seconds();
-  Generation gen(*s.engine->tokenizer, o, prompt, s.reused);
+  // A pipeline's stages would all have to verify the same drafts: it decodes one token per pass.
+  GenerateOptions go = o;
+  if (s.engine->link) go.draft.mode = DraftMode::kNone;
+  Generation gen(*s.engine->tokenizer, go, prompt, s.reused);
   t.reset();
-  while (!gen.limit_reached(static_cast<int>(s.tokens.size()), s.kv->n_ctx())) {
-    const Generation::Sampled next = next_token(*s.engine, gen, s.logits);
-    if (next.emitted && on_token && !on_token(next.token, next.text)) gen.cancel();
+  auto emit = [&](const Generation::Sampled& next) { return !on_token || on_token(next.token, next.text); };
+  // The logits of one step: the prompt's last token, then each decode pass's pending token and drafts.
+  std::vector<float> rows = s.logits;
+  std::vector<int32_t> drafts;
+  for (;;) {
+    const int n_used = static_cast<int>(s.tokens.size());
+    const Generation::Step step = decode_step(*s.engine, gen, rows, drafts, n_used, s.kv->n_ctx(), emit);
+    // KV positions past the last accepted draft hold rejected tokens.
+    s.kv->truncate(0, n_used + step.n_accepted);
+    // Finished: the evaluated drafts stay (a follow-up prompt may reuse them), the last token is
+    // not evaluated.
+    const size_t n_keep = gen.finished() ? step.n_accepted : step.tokens.size();
+    s.tokens.insert(s.tokens.end(), step.tokens.begin(), step.tokens.begin() + n_keep);
     if (gen.finished()) break;
-    s.tokens.push_back(next.token);
-    s.run(s.tokens, static_cast<int>(s.tokens.size()) - 1, nullptr);
+    drafts = gen.propose(s.tokens, s.kv->n_ctx());
+    // Usually only the pending token is unevaluated; a cache that could not roll back that far
+    // (deepseek4's rings) kept a shorter prefix, and the rest is evaluated again here.
+    std::vector<int32_t> toks = s.tokens;
+    toks.insert(toks.end(), drafts.begin(), drafts.end());
+    rows.clear();
+    s.run(toks, s.kv->length(0), &rows, static_cast<int>(drafts.size()) + 1, !drafts.empty());
   }
   std::string tail;
   GenerateResult r = gen.finish(&tail);

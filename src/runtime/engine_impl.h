@@ -2,6 +2,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -47,9 +48,12 @@ Engine::Impl& engine_impl(Engine& engine);
 // on every stage but the last.
 void engine_forward(Engine::Impl& engine, const Batch& batch, KvCache& kv, std::vector<float>& logits);
 
-// The next token of a generation: sampled from `logits` on the last stage (or without a
-// pipeline), received from the last stage everywhere else; both then account it the same way.
-Generation::Sampled next_token(Engine::Impl& engine, Generation& gen, std::span<const float> logits);
+// One decode step of a generation (Generation::take on the step's logit rows). In a pipeline,
+// which does not draft, the last stage samples and shares the token, and the other stages
+// (without logits) account the token they receive the same way.
+Generation::Step decode_step(Engine::Impl& engine, Generation& gen, std::span<const float> rows,
+                             std::span<const int32_t> drafts, int n_used, int n_ctx,
+                             const std::function<bool(const Generation::Sampled&)>& emit);
 
 // Exclusive use of an engine's expert store and pool for a scope; throws sluice::Error naming
 // `user` when another user holds them.

@@ -47,7 +47,10 @@ Generation::Generation(const Tokenizer& tokenizer, const GenerateOptions& option
       options_(options),
       sampler_(sampling_params(options.sampling)),
       decoder_(tokenizer),
-      stops_(options.stop) {
+      stops_(options.stop),
+      draft_policy_(options.draft) {
+  check_draft_options(options.draft);
+  drafting_ = options.draft.mode != DraftMode::kNone && options.draft.max > 0;
   for (int32_t t : prompt) sampler_.accept(t);
   result_.n_reused = n_reused;
   result_.n_prompt = static_cast<int>(prompt.size()) - n_reused;
@@ -92,6 +95,44 @@ std::vector<TokenLogprob> Generation::take_logprobs() {
       result_.logprobs.end());
   logprobs_taken_ = result_.logprobs.size();
   return out;
+}
+
+std::vector<int32_t> Generation::propose(std::span<const int32_t> ctx, int n_ctx) {
+  if (!drafting_ || finished_) return {};
+  // The policy weighs whole steps: this lookup, the forward pass and take()'s sampling of its rows.
+  pass_timer_.reset();
+  timing_ = true;
+  // Up to k drafts: their positions must fit the context, and with the token sampled after them
+  // they must not pass max_tokens.
+  const int remaining = options_.max_tokens - static_cast<int>(result_.tokens.size()) - 1;
+  const int room = n_ctx - static_cast<int>(ctx.size());
+  const int k_max = std::min({options_.draft.max, remaining, room});
+  NgramDraft d = ngram_draft(ctx, k_max);
+  const int k = draft_policy_.choose(d.match, static_cast<int>(d.tokens.size()));
+  d.tokens.resize(k < std::max(1, options_.draft.min) ? 0 : k);
+  return d.tokens;
+}
+
+Generation::Step Generation::take(std::span<const float> logits, std::span<const int32_t> drafts, int n_used,
+                                  int n_ctx, const std::function<bool(const Sampled&)>& emit) {
+  Step st;
+  const size_t n_vocab = logits.size() / (drafts.size() + 1);
+  ++result_.n_steps;
+  for (size_t i = 0; i <= drafts.size(); ++i) {
+    if (limit_reached(n_used + static_cast<int>(i), n_ctx)) break;
+    const std::span<const float> row = logits.subspan(i * n_vocab, n_vocab);
+    bool accepted = false;
+    const Sampled s = i < drafts.size() ? accept(sampler_.sample_draft(row, drafts[i], &accepted), row) : sample(row);
+    st.tokens.push_back(s.token);
+    if (accepted) ++st.n_accepted;
+    if (s.emitted && emit && !emit(s)) cancel();
+    if (finished_ || !accepted) break;
+  }
+  result_.n_drafted += static_cast<int>(drafts.size());
+  result_.n_accepted += st.n_accepted;
+  draft_policy_.record(static_cast<int>(drafts.size()), st.n_accepted, timing_ ? pass_timer_.seconds() : -1.0);
+  timing_ = false;
+  return st;
 }
 
 void Generation::cancel() { end(FinishReason::kCancelled); }

@@ -5,10 +5,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "core/timer.h"
+#include "runtime/draft.h"
 #include "sampling/sampler.h"
 #include "sluice/sluice.h"
 #include "tokenizer/tokenizer.h"
@@ -63,6 +66,25 @@ class Generation {
   Sampled accept(int32_t token, std::span<const float> logits = {});
   // Log-probabilities recorded since the previous call (GenerateOptions::logprobs ≥ 0).
   std::vector<TokenLogprob> take_logprobs();
+
+  // Speculative decoding, the one loop run, chat and serve share:
+  //   drafts = propose(ctx)             ctx.back() is the pending token (sampled, not evaluated)
+  //   evaluate the pending token and the drafts in one forward pass, logits for every row
+  //   step = take(rows, drafts, ...)   samples tokens in order while they match the drafts
+  //   keep KV positions < n_used + step.n_accepted, append step.tokens to the context
+  // Draft tokens for the next forward pass (none when drafting is off, no candidate of at least
+  // DraftOptions::min tokens exists, or DraftPolicy finds they would not pay), limited to the
+  // context and max_tokens. Times the step from here to the end of take() for the policy.
+  std::vector<int32_t> propose(std::span<const int32_t> ctx, int n_ctx);
+  struct Step {
+    std::vector<int32_t> tokens;  // sampled this step: the accepted drafts, then one more (unless finished)
+    int n_accepted = 0;           // drafts that stood
+  };
+  // `logits`: (drafts.size() + 1) rows of n_vocab, row i after the pending token and drafts[0, i).
+  // `n_used`: context positions before this step's tokens (the pending token included). Applies
+  // limit_reached before each token and calls `emit` for each emitted one (false: cancel).
+  Step take(std::span<const float> logits, std::span<const int32_t> drafts, int n_used, int n_ctx,
+            const std::function<bool(const Sampled&)>& emit);
   // The caller stops the request (client gone, callback refused, timeout).
   void cancel();
 
@@ -82,6 +104,10 @@ class Generation {
   GenerateResult result_;
   bool finished_ = false;
   size_t logprobs_taken_ = 0;
+  bool drafting_ = false;
+  DraftPolicy draft_policy_;
+  Timer pass_timer_;     // from propose() to the end of take(): one decode step
+  bool timing_ = false;  // propose() started pass_timer_ for the step take() now ends
 };
 
 }  // namespace sluice

@@ -18,6 +18,7 @@
 
 #include "core/error.h"
 #include "core/timer.h"
+#include "ops/matmul.h"
 #include "runtime/engine_impl.h"
 #include "runtime/kv_disk.h"
 #include "sluice/serving.h"
@@ -93,6 +94,7 @@ struct Slot {
   GenerateOptions options;
   std::optional<Clock::time_point> deadline;
   std::optional<Generation> gen;
+  std::vector<int32_t> drafts;  // verified with the pending token in the current step
   double prefill_seconds = 0;
   bool decoding = false;  // the first token has been sampled
   Timer timer;
@@ -163,6 +165,8 @@ struct Scheduler::Impl {
     best = kv->length(s.id);  // a cache may keep less than asked (deepseek4 rings)
     s.ctx = prompt;
     s.options = p.request.options;
+    s.options.draft = options.draft;  // the server's choice, not the client's
+    s.drafts.clear();
     s.deadline = p.deadline;
     s.gen.emplace(*engine.tokenizer, s.options, prompt, best);
     s.prefill_seconds = 0;
@@ -253,22 +257,32 @@ struct Scheduler::Impl {
     }
   }
 
-  // Samples slot s's next token from `logits` and emits its text; may finish the request.
+  // Samples slot s's next tokens from `logits` (one row, or one per draft plus one) and emits
+  // their text; may finish the request.
   void on_logits(Slot& s, std::span<const float> logits) {
     if (!s.decoding) {
       s.decoding = true;
       s.prefill_seconds = s.timer.seconds();
       s.timer.reset();
     }
-    if (s.gen->limit_reached(static_cast<int>(s.ctx.size()), kv->n_ctx())) return finish(s);
-    Generation::Sampled next = s.gen->sample(logits);
+    const int n_used = static_cast<int>(s.ctx.size());
+    const Generation::Step step = s.gen->take(logits, s.drafts, n_used, kv->n_ctx(), [&](const Generation::Sampled& next) {
+      s.handle->push_text(next.text, s.gen->take_logprobs());
+      return true;
+    });
+    // KV positions past the last accepted draft hold rejected tokens.
+    kv->truncate(s.id, n_used + step.n_accepted);
     {
       std::lock_guard<std::mutex> lock(mutex);
-      ++stats.generated_tokens;
+      stats.generated_tokens += step.tokens.size();
+      stats.drafted_tokens += s.drafts.size();
+      stats.accepted_tokens += step.n_accepted;
     }
-    if (next.emitted) s.handle->push_text(std::move(next.text), s.gen->take_logprobs());
+    // Finished: the evaluated drafts stay in the context (prefix reuse), the last token does not.
+    const size_t n_keep = s.gen->finished() ? step.n_accepted : step.tokens.size();
+    s.ctx.insert(s.ctx.end(), step.tokens.begin(), step.tokens.begin() + n_keep);
+    s.drafts.clear();
     if (s.gen->finished()) return finish(s);
-    s.ctx.push_back(next.token);
   }
 
   // Takes queued requests into idle slots; drops cancelled and expired ones. Called unlocked.
@@ -336,12 +350,23 @@ struct Scheduler::Impl {
     batch.clear();
     rows.clear();
     int n_decode = 0, n_seq = 0;
+    // Drafts are verified with ExactRows (every row as a one-token pass computes it, so drafting
+    // never changes a token); a step that also prefills keeps its fast batched kernels and drafts
+    // nothing.
+    const bool prefill_step = std::any_of(slots.begin(), slots.end(), [](const Slot& s) { return s.handle && !s.decoding; });
+    bool any_drafts = false;
     for (Slot& s : slots) {
       if (!s.handle || !s.decoding) continue;
-      const int pos = kv->length(s.id);
-      batch.add(s.ctx[pos], pos, s.id, true);
+      // The pending token (and more when a cache could not roll back all rejected drafts), then
+      // this step's drafts: all verified in this one pass.
+      const int n = static_cast<int>(s.ctx.size());
+      if (!prefill_step) s.drafts = s.gen->propose(s.ctx, kv->n_ctx());
+      any_drafts = any_drafts || !s.drafts.empty();
+      for (int pos = kv->length(s.id); pos < n; ++pos) batch.add(s.ctx[pos], pos, s.id, pos + 1 == n);
+      for (size_t j = 0; j < s.drafts.size(); ++j) batch.add(s.drafts[j], n + static_cast<int>(j), s.id, true);
       rows.push_back(s.id);
-      ++n_decode, ++n_seq;
+      n_decode += static_cast<int>(s.drafts.size()) + 1;
+      ++n_seq;
     }
     std::vector<Slot*> prefilling;
     for (Slot& s : slots)
@@ -362,6 +387,7 @@ struct Scheduler::Impl {
 
     Timer t;
     try {
+      const ExactRows exact_rows(any_drafts);
       engine.model->forward(*engine.pool, batch, *kv, *engine.experts, logits);
     } catch (const std::exception& e) {
       // The cache state of every sequence in the failed step is unknown: fail them all.
@@ -371,8 +397,13 @@ struct Scheduler::Impl {
     }
     const double secs = t.seconds();
     const size_t n_vocab = engine.model->hparams().n_vocab;
-    for (size_t k = 0; k < rows.size(); ++k)
-      on_logits(slots[rows[k]], std::span<const float>(logits.data() + k * n_vocab, n_vocab));
+    size_t row = 0;
+    for (int id : rows) {
+      Slot& s = slots[id];
+      const size_t n_rows = s.drafts.size() + 1;
+      on_logits(s, std::span<const float>(logits.data() + row * n_vocab, n_rows * n_vocab));
+      row += n_rows;
+    }
 
     const ExpertStats es = public_engine.expert_stats();
     std::lock_guard<std::mutex> lock(mutex);
@@ -419,6 +450,7 @@ Scheduler::Scheduler(Engine& engine, const SchedulerOptions& options) {
     fail("--parallel {}: expected 1 to 256 sequences", options.n_parallel);
   if (options.max_queue < 0) fail("--max-queue {}: expected 0 or more", options.max_queue);
   if (options.prefill_chunk < 1) fail("prefill chunk {}: expected at least 1 token", options.prefill_chunk);
+  check_draft_options(options.draft);
   impl_ = std::make_unique<Impl>(engine, options);
   impl_->thread = std::thread([this] { impl_->run(); });
 }

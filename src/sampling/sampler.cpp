@@ -32,32 +32,33 @@ void Sampler::accept(int32_t token) {
   }
 }
 
-int32_t Sampler::sample(std::span<const float> logits_in) {
+std::span<const float> Sampler::penalized(std::span<const float> logits_in, std::vector<float>& logits) const {
   const bool penalize = p_.repeat_penalty != 1.0f || p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f;
-  std::vector<float> logits;
-  std::span<const float> l = logits_in;
-  if (penalize && !counts_.empty()) {
-    logits.assign(logits_in.begin(), logits_in.end());
-    for (const auto& [tok, n] : counts_) {
-      if (tok < 0 || tok >= static_cast<int32_t>(logits.size())) continue;
-      float& v = logits[tok];
-      if (p_.repeat_penalty != 1.0f) v = v > 0 ? v / p_.repeat_penalty : v * p_.repeat_penalty;
-      v -= static_cast<float>(n) * p_.frequency_penalty + p_.presence_penalty;
-    }
-    l = logits;
+  if (!penalize || counts_.empty()) return logits_in;
+  logits.assign(logits_in.begin(), logits_in.end());
+  for (const auto& [tok, n] : counts_) {
+    if (tok < 0 || tok >= static_cast<int32_t>(logits.size())) continue;
+    float& v = logits[tok];
+    if (p_.repeat_penalty != 1.0f) v = v > 0 ? v / p_.repeat_penalty : v * p_.repeat_penalty;
+    v -= static_cast<float>(n) * p_.frequency_penalty + p_.presence_penalty;
   }
-  if (p_.temperature <= 0.0f) return argmax(l);
+  return logits;
+}
 
+Sampler::Candidates Sampler::candidates(std::span<const float> l) const {
   // Candidates sorted by logit, cut to top-k.
   const int n = static_cast<int>(l.size());
   const int k = p_.top_k > 0 ? std::min(p_.top_k, n) : n;
-  std::vector<int32_t> idx(n);
+  Candidates c;
+  std::vector<int32_t>& idx = c.ids;
+  idx.resize(n);
   std::iota(idx.begin(), idx.end(), 0);
   auto by_logit = [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); };
   std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), by_logit);
   idx.resize(k);
 
-  std::vector<double> prob(k);
+  std::vector<double>& prob = c.prob;
+  prob.resize(k);
   const double mx = l[idx[0]];
   double sum = 0.0;
   for (int i = 0; i < k; ++i) {
@@ -83,8 +84,45 @@ int32_t Sampler::sample(std::span<const float> logits_in) {
     while (m < keep && prob[m] >= floor) ++m;
     keep = m;
   }
-  std::discrete_distribution<int> pick(prob.begin(), prob.begin() + keep);
-  return idx[pick(rng_)];
+  idx.resize(keep);
+  prob.resize(keep);
+  return c;
+}
+
+int32_t Sampler::sample(std::span<const float> logits_in) {
+  std::vector<float> buf;
+  const std::span<const float> l = penalized(logits_in, buf);
+  if (p_.temperature <= 0.0f) return argmax(l);
+  const Candidates c = candidates(l);
+  std::discrete_distribution<int> pick(c.prob.begin(), c.prob.end());
+  return c.ids[pick(rng_)];
+}
+
+int32_t Sampler::sample_draft(std::span<const float> logits_in, int32_t draft, bool* accepted) {
+  std::vector<float> buf;
+  const std::span<const float> l = penalized(logits_in, buf);
+  if (p_.temperature <= 0.0f) {
+    const int32_t t = argmax(l);
+    *accepted = t == draft;
+    return t;
+  }
+  Candidates c = candidates(l);
+  double total = 0.0, p_draft = 0.0;
+  for (size_t i = 0; i < c.ids.size(); ++i) {
+    total += c.prob[i];
+    if (c.ids[i] == draft) p_draft = c.prob[i];
+  }
+  // The kept candidates' weights are not renormalised after the cuts; the draw weighs them
+  // relative to their sum, so p(draft) is its share of that sum.
+  p_draft /= total;
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  *accepted = p_draft > 0.0 && u(rng_) < p_draft;
+  if (*accepted) return draft;
+  // Residual max(0, p − q) with q the point mass on the draft: p without the draft.
+  for (size_t i = 0; i < c.ids.size(); ++i)
+    if (c.ids[i] == draft) c.prob[i] = 0.0;
+  std::discrete_distribution<int> pick(c.prob.begin(), c.prob.end());
+  return c.ids[pick(rng_)];
 }
 
 }  // namespace sluice

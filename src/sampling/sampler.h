@@ -8,6 +8,7 @@
 #include <random>
 #include <span>
 #include <unordered_map>
+#include <vector>
 
 namespace sluice {
 
@@ -28,12 +29,29 @@ class Sampler {
   explicit Sampler(const SamplingParams& p);
   // Picks the next token from raw logits (n_vocab values); does not record it.
   int32_t sample(std::span<const float> logits);
+  // Speculative step: decides whether `draft` (proposed by a deterministic drafter, a point mass)
+  // stands as the next token. Greedy: it stands iff it is the argmax, and the argmax is returned
+  // either way. Temperature: it stands with probability p(draft) of the filtered distribution;
+  // otherwise a token is drawn from p with the draft removed, renormalised — the standard
+  // speculative rejection rule, so the returned token follows p exactly as sample() would.
+  int32_t sample_draft(std::span<const float> logits, int32_t draft, bool* accepted);
   // Records a token (prompt or generated) for the penalties.
   void accept(int32_t token);
   void reset();
   const SamplingParams& params() const { return p_; }
 
  private:
+  // The distribution sample() draws from: token ids (most likely first) and their probabilities.
+  struct Candidates {
+    std::vector<int32_t> ids;
+    std::vector<double> prob;
+  };
+  // Logits after the penalties (a copy in `buf` when they apply, else `logits` itself).
+  std::span<const float> penalized(std::span<const float> logits, std::vector<float>& buf) const;
+  // Top-k, temperature softmax, top-p and min-p; `prob` is normalised over top-k before the cuts,
+  // as the draw weighs the kept ones.
+  Candidates candidates(std::span<const float> l) const;
+
   SamplingParams p_;
   std::mt19937_64 rng_;
   std::deque<int32_t> recent_;

@@ -121,7 +121,13 @@ std::string metrics_text(const SchedulerStats& s, Counters& counters) {
   metric("batch_sequences", "gauge", "sequences in the last forward pass", s.last_batch_sequences);
   metric("forward_steps_total", "counter", "forward passes", s.steps);
   metric("batch_tokens_total", "counter", "tokens over all forward passes", s.batch_rows);
-  metric("decode_tokens_total", "counter", "one-token decode rows over all forward passes", s.decode_rows);
+  metric("decode_tokens_total", "counter", "rows of decoding requests (pending tokens and drafts) over all forward passes", s.decode_rows);
+  metric("draft_tokens_total", "counter", "draft tokens verified (speculative decoding)", s.drafted_tokens);
+  metric("draft_accepted_tokens_total", "counter", "draft tokens accepted", s.accepted_tokens);
+  metric("draft_acceptance_rate", "gauge", "accepted / drafted tokens since start",
+         s.drafted_tokens ? static_cast<double>(s.accepted_tokens) / s.drafted_tokens : 0.0);
+  metric("decode_tokens_per_step", "gauge", "generated tokens per forward pass since start",
+         s.steps ? static_cast<double>(s.generated_tokens) / s.steps : 0.0);
   metric("forward_seconds_total", "counter", "time spent in forward passes", s.busy_seconds);
   metric("kv_cache_bytes", "gauge", "KV cache blocks allocated", s.kv_bytes);
   metric("kv_disk_hits_total", "counter", "prompts that restored a prefix from --kv-disk", s.kv_disk_hits);

@@ -1,0 +1,103 @@
+// n-gram drafts and the cost-aware drafting policy (see draft.h).
+#include "runtime/draft.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace sluice {
+
+namespace {
+// Weight of the newest sample in the moving averages and decay of the acceptance counts: recent
+// passes and recent text count most.
+constexpr double kTimeWeight = 0.25;
+constexpr double kCountDecay = 0.9;
+// One-row passes measured before the first draft: the first decode pass runs cold.
+constexpr int kWarmupPasses = 2;
+}  // namespace
+
+void check_draft_options(const DraftOptions& o) {
+  if (o.max < 0 || o.max > kMaxDraft)
+    fail("--draft-max {}: expected 0 to {} tokens", o.max, kMaxDraft);
+  if (o.min < 0 || o.min > o.max)
+    fail("--draft-min {}: expected 0 to --draft-max ({})", o.min, o.max);
+}
+
+NgramDraft ngram_draft(std::span<const int32_t> ctx, int n_max) {
+  const int n_ctx = static_cast<int>(ctx.size());
+  if (n_max <= 0) return {};
+  for (int n = std::min(kNgramMax, n_ctx - 1); n >= kNgramMin; --n) {
+    const std::span<const int32_t> suffix = ctx.subspan(n_ctx - n);
+    // Latest occurrence first: recent text predicts the continuation best.
+    for (int start = n_ctx - n - 1; start >= 0; --start) {
+      if (!std::equal(suffix.begin(), suffix.end(), ctx.begin() + start)) continue;
+      const int from = start + n;
+      const int count = std::min(n_max, n_ctx - from);
+      return {{ctx.begin() + from, ctx.begin() + from + count}, n};
+    }
+  }
+  return {};
+}
+
+DraftPolicy::DraftPolicy(const DraftOptions& o)
+    : min_(std::max(1, o.min)), max_(o.max), adaptive_(o.adaptive) {}
+
+double DraftPolicy::acceptance(int match) const {
+  const Acceptance& a = by_match_[std::clamp(match, 0, kNgramMax)];
+  return a.accepted / (a.accepted + a.stops);
+}
+
+double DraftPolicy::cost(int k) const { return t0_ > 0 ? 1.0 + k * extra_ / t0_ : 1.0; }
+
+int DraftPolicy::choose(int match, int available) {
+  const int k_max = std::min(available, max_);
+  if (match <= 0 || k_max < min_) return 0;
+  if (!adaptive_) return k_max;
+  if (n_t0_ < kWarmupPasses) return 0;
+  last_match_ = match;
+  probing_ = false;
+  // Until a verify pass has been timed, draft the fewest: that pass measures what a drafted row
+  // costs (the first multi-row pass also runs cold), at the least risk.
+  if (!extra_known_) return min_;
+  const double a = acceptance(match);
+  int best_k = 0;
+  double best = kMinGain;
+  double expected = 1, a_k = 1;  // E(k) and a^k
+  for (int k = 1; k <= k_max; ++k) {
+    a_k *= a;
+    expected += a_k;
+    const double gain = expected / cost(k);
+    if (k >= min_ && gain > best) best = gain, best_k = k;
+  }
+  if (best_k > 0) {
+    declined_ = 0;
+    probe_every_ = 1;
+    return best_k;
+  }
+  if (++declined_ < probe_every_) return 0;
+  declined_ = 0;
+  probing_ = true;
+  return min_;
+}
+
+void DraftPolicy::record(int drafted, int accepted, double seconds) {
+  if (seconds >= 0) {
+    if (drafted == 0) {
+      t0_ = n_t0_ == 0 ? seconds : t0_ + kTimeWeight * (seconds - t0_);
+      ++n_t0_;
+    } else if (n_t0_ > 0) {
+      const double extra = std::max(0.0, (seconds - t0_) / drafted);
+      extra_ = extra_known_ ? extra_ + kTimeWeight * (extra - extra_) : extra;
+      extra_known_ = true;
+    }
+  }
+  if (drafted <= 0) return;
+  Acceptance& a = by_match_[std::clamp(last_match_, 0, kNgramMax)];
+  a.accepted = a.accepted * kCountDecay + accepted;
+  a.stops = a.stops * kCountDecay + (accepted < drafted ? 1 : 0);
+  // Probes back off whatever they find: a probe that stood raises the estimate, and drafting
+  // resumes (and probing starts over) only once the estimate says it pays.
+  if (probing_) probe_every_ = std::min(kMaxPause, probe_every_ * 2);
+}
+
+}  // namespace sluice

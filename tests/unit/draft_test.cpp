@@ -1,0 +1,192 @@
+// Speculative decoding parts: n-gram drafts, the adaptive draft length, the sampler's rejection
+// rule (its output follows the target distribution whatever the draft) and Generation::take.
+#include "runtime/draft.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "gguf/gguf.h"
+#include "runtime/request.h"
+#include "sampling/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+using namespace sluice;
+
+namespace {
+
+TEST(NgramDraft, ProposesWhatFollowedTheLatestOccurrenceOfTheSuffix) {
+  // Suffix (7, 8) occurs at 1 and 5; the latest (5) was followed by 9, 7, 8.
+  const std::vector<int32_t> ctx = {1, 7, 8, 2, 3, 7, 8, 9, 7, 8};
+  EXPECT_EQ(ngram_draft(ctx, 4).tokens, (std::vector<int32_t>{9, 7, 8}));
+  EXPECT_EQ(ngram_draft(ctx, 4).match, 2);
+  EXPECT_EQ(ngram_draft(ctx, 2).tokens, (std::vector<int32_t>{9, 7}));
+  EXPECT_EQ(ngram_draft(ctx, 0).tokens, std::vector<int32_t>{});
+  // A longer match wins over a more recent shorter one: (3, 7, 8) matched at 4 proposes 9.
+  const std::vector<int32_t> ctx2 = {3, 7, 8, 5, 3, 7, 8, 9, 1, 7, 8, 6, 3, 7, 8};
+  EXPECT_EQ(ngram_draft(ctx2, 1).tokens, std::vector<int32_t>{9});
+  EXPECT_EQ(ngram_draft(ctx2, 1).match, 3);
+  // No recurring suffix of two tokens: nothing (a single repeated token is not enough).
+  EXPECT_EQ(ngram_draft(std::vector<int32_t>{1, 2, 3, 4, 2, 5}, 4).match, 0);
+  EXPECT_EQ(ngram_draft(std::vector<int32_t>{}, 4).tokens, std::vector<int32_t>{});
+}
+
+TEST(DraftPolicy, DraftsOnlyWhenExpectedTokensBeatTheMeasuredCost) {
+  DraftPolicy d({DraftMode::kNgram, 6, 1});
+  // Two one-row passes of 10 ms are measured before any draft.
+  EXPECT_EQ(d.choose(4, 6), 0);
+  d.record(0, 0, 0.010);
+  EXPECT_EQ(d.choose(4, 6), 0);
+  d.record(0, 0, 0.010);
+  EXPECT_EQ(d.choose(0, 0), 0);  // no candidate
+  // The first verify pass drafts the fewest, to measure: a row of 9 ms (RAM-like cost).
+  EXPECT_EQ(d.choose(4, 6), 1);
+  d.record(1, 0, 0.019);
+  EXPECT_NEAR(d.cost(1), 1.9, 1e-9);
+  // Nothing stood: a ≈ 0.3 for 4-token matches, and E(k)/cost(k) < 1.05 for every k. Declined
+  // candidates are probed with one draft after 1, then 2, 4 … declines.
+  EXPECT_EQ(d.choose(4, 6), 1);
+  d.record(1, 0, 0.019);
+  EXPECT_EQ(d.choose(4, 6), 0);
+  EXPECT_EQ(d.choose(4, 6), 1);
+  d.record(1, 0, 0.019);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(d.choose(4, 6), 0);
+  EXPECT_EQ(d.choose(4, 6), 1);
+  d.record(1, 0, 0.019);
+  // Cheap verify rows (streamed experts: the rows share the reads) make the same drafts pay.
+  DraftPolicy s({DraftMode::kNgram, 6, 1});
+  s.record(0, 0, 0.100);
+  s.record(0, 0, 0.100);
+  EXPECT_EQ(s.choose(3, 6), 1);
+  s.record(1, 1, 0.102);  // 2 ms per drafted row
+  EXPECT_NEAR(s.cost(6), 1.12, 1e-9);
+  EXPECT_GT(s.choose(3, 6), 1);
+  // Reliable matches earn longer drafts than unreliable ones under the same cost.
+  DraftPolicy r({DraftMode::kNgram, 8, 1});
+  r.record(0, 0, 0.010);
+  r.record(0, 0, 0.010);
+  EXPECT_EQ(r.choose(4, 8), 1);
+  r.record(1, 1, 0.012);  // 2 ms per row; 4-token matches all stood
+  for (int i = 0; i < 6; ++i) {
+    const int k = r.choose(4, 8);
+    EXPECT_GE(k, 1);
+    r.record(k, k, 0.010 + k * 0.002);
+  }
+  EXPECT_GT(r.acceptance(4), 0.9);
+  EXPECT_GE(r.choose(4, 8), 6);
+  EXPECT_LE(r.choose(2, 8), 2);  // 2-token matches: only the prior a = 0.5
+  EXPECT_EQ(DraftPolicy({DraftMode::kNgram, 0, 0}).choose(4, 6), 0);
+  EXPECT_THROW(check_draft_options({DraftMode::kNgram, 65, 1}), Error);
+  EXPECT_THROW(check_draft_options({DraftMode::kNgram, 4, 5}), Error);
+}
+
+// Chi-square statistic of observed counts against probabilities `p` (n draws).
+double chi_square(const std::map<int32_t, int>& seen, const std::vector<double>& p, int n) {
+  double x2 = 0;
+  for (size_t t = 0; t < p.size(); ++t) {
+    if (p[t] == 0) continue;
+    const double e = p[t] * n;
+    const auto it = seen.find(static_cast<int32_t>(t));
+    const double o = it == seen.end() ? 0 : it->second;
+    x2 += (o - e) * (o - e) / e;
+  }
+  return x2;
+}
+
+TEST(SampleDraft, KeepsTheTargetDistributionForAnyDraft) {
+  // Temperature 1, no filters: p = softmax(logits).
+  const std::vector<float> logits = {1.0f, 2.0f, 0.5f, 1.5f, -0.5f};
+  std::vector<double> p(logits.size());
+  double sum = 0;
+  for (size_t i = 0; i < p.size(); ++i) sum += p[i] = std::exp(logits[i]);
+  for (double& x : p) x /= sum;
+  SamplingParams sp;
+  sp.temperature = 1.0f, sp.top_k = 0, sp.top_p = 1.0f, sp.min_p = 0.0f, sp.seed = 7;
+  constexpr int kDraws = 20000;
+  // 4 degrees of freedom: 18.47 is the 0.1 % critical value. A sampler that always takes the
+  // draft, or draws the residual with the draft left in, lands far above it.
+  for (int32_t draft : {1, 4, 9 /* outside the vocabulary: never accepted */}) {
+    Sampler s(sp);
+    std::map<int32_t, int> seen;
+    int accepted = 0;
+    for (int i = 0; i < kDraws; ++i) {
+      bool acc = false;
+      ++seen[s.sample_draft(logits, draft, &acc)];
+      accepted += acc;
+    }
+    EXPECT_LT(chi_square(seen, p, kDraws), 18.47) << "draft " << draft;
+    const double p_draft = draft < 5 ? p[draft] : 0.0;
+    EXPECT_NEAR(static_cast<double>(accepted) / kDraws, p_draft, 0.02) << "draft " << draft;
+  }
+  // Greedy: the argmax, accepted only when it is the draft.
+  sp.temperature = 0;
+  Sampler g(sp);
+  bool acc = true;
+  EXPECT_EQ(g.sample_draft(logits, 3, &acc), 1);
+  EXPECT_FALSE(acc);
+  EXPECT_EQ(g.sample_draft(logits, 1, &acc), 1);
+  EXPECT_TRUE(acc);
+}
+
+TEST(GenerationTake, SamplesWhileDraftsMatchAndStopsAtLimits) {
+  auto file = gguf::File::open(std::string(SLUICE_SOURCE_DIR) + "/models/sluice-tiny-moe.gguf");
+  auto tk = Tokenizer::from_gguf(*file);
+  const int n_vocab = tk->n_vocab();
+  const int32_t a = tk->encode(" the", false, false).back(),
+                b = tk->encode(" cat", false, false).back();
+  auto rows = [&](std::vector<int32_t> picks) {
+    std::vector<float> l(picks.size() * n_vocab, 0.0f);
+    for (size_t i = 0; i < picks.size(); ++i) l[i * n_vocab + picks[i]] = 10.0f;
+    return l;
+  };
+  GenerateOptions o;
+  o.max_tokens = 10;
+  o.sampling.temperature = 0;
+  const std::vector<int32_t> prompt = {a};
+  Generation gen(*tk, o, prompt, 0);
+  // Drafts a, b, a: the rows pick a, b, b — two accepted, the third row's b replaces the draft.
+  const std::vector<int32_t> drafts = {a, b, a};
+  std::string text;
+  Generation::Step st =
+      gen.take(rows({a, b, b, a}), drafts, 1, 100, [&](const Generation::Sampled& s) {
+        text += s.text;
+        return true;
+      });
+  EXPECT_EQ(st.n_accepted, 2);
+  EXPECT_EQ(st.tokens, (std::vector<int32_t>{a, b, b}));
+  EXPECT_EQ(text, tk->decode({a, b, b}));
+  // All drafts accepted: the extra row gives one more token. The context limit stops the step:
+  // 4 positions used, context 6 → two more tokens.
+  st = gen.take(rows({a, a, a}), std::vector<int32_t>{a, a}, 4, 6, {});
+  EXPECT_EQ(st.tokens.size(), 2u);
+  EXPECT_TRUE(gen.finished());
+  std::string tail;
+  const GenerateResult r = gen.finish(&tail);
+  EXPECT_EQ(r.n_drafted, 5);
+  EXPECT_EQ(r.n_accepted, 4);
+  EXPECT_EQ(r.n_steps, 2);
+  EXPECT_EQ(r.finish, FinishReason::kLength);
+  // max_tokens bounds the drafts: with 5 of 6 tokens generated, none are proposed. The first
+  // two passes decode one token each (the policy times them before it drafts).
+  GenerateOptions o4 = o;
+  o4.max_tokens = 6;
+  o4.draft.mode = DraftMode::kNgram;
+  Generation g4(*tk, o4, prompt, 0);
+  const std::vector<int32_t> ctx = {a, b, a, b, a};
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_TRUE(g4.propose(ctx, 100).empty());
+    g4.take(rows({a}), std::vector<int32_t>{}, 5, 100, {});
+  }
+  EXPECT_FALSE(g4.propose(ctx, 100).empty());
+  g4.take(rows({a, b, a}), std::vector<int32_t>{a, b}, 5, 100, {});
+  EXPECT_TRUE(g4.propose(ctx, 100).empty());
+  // A cancelled emit ends the step.
+  Generation g5(*tk, o, prompt, 0);
+  st = g5.take(rows({a, a, a}), std::vector<int32_t>{a, a}, 1, 100,
+               [](const Generation::Sampled&) { return false; });
+  EXPECT_EQ(st.tokens.size(), 1u);
+  EXPECT_TRUE(g5.finished());
+}
+
+}  // namespace
