@@ -317,6 +317,10 @@ class Routes {
       }
       got = st.handle->next(ev, 0ms);
     }
+    // Events whose text is all held back (a partial stop string or turn marker, an incomplete UTF-8
+    // sequence) give no bytes. httplib takes a zero-length write as the end of the data and ends
+    // the response without its final chunk, so nothing is written until there is something.
+    if (out.empty()) return true;
     if (!sink.write(out.data(), out.size())) return false;
     if (st.finished) sink.done();
     return true;

@@ -32,6 +32,7 @@ inline const std::string kKey = "test-key";
 struct Http {
   int status = 0;
   std::string headers, body;
+  bool complete = false;  // a chunked body ended with its zero-length chunk (others: always true)
   json j() const { return json::parse(body, nullptr, false); }
 };
 
@@ -58,14 +59,18 @@ inline std::string request_text(const std::string& method, const std::string& pa
   return r + "\r\n" + body;
 }
 
-inline std::string dechunk(const std::string& s) {
+inline std::string dechunk(const std::string& s, bool* complete = nullptr) {
   std::string out;
+  if (complete) *complete = false;
   size_t at = 0;
   while (at < s.size()) {
     const size_t eol = s.find("\r\n", at);
     if (eol == std::string::npos) break;
     const size_t n = std::stoul(s.substr(at, eol - at), nullptr, 16);
-    if (n == 0) break;
+    if (n == 0) {
+      if (complete) *complete = true;
+      break;
+    }
     out += s.substr(eol + 2, n);
     at = eol + 2 + n + 2;
   }
@@ -93,7 +98,8 @@ inline Http raw_http(int port, const std::string& req) {
   h.status = std::stoi(raw.substr(9, 3));
   h.headers = raw.substr(0, split);
   h.body = raw.substr(split + 4);
-  if (h.headers.find("Transfer-Encoding: chunked") != std::string::npos) h.body = dechunk(h.body);
+  h.complete = true;
+  if (h.headers.find("Transfer-Encoding: chunked") != std::string::npos) h.body = dechunk(h.body, &h.complete);
   return h;
 }
 

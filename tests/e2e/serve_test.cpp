@@ -143,6 +143,27 @@ TEST_F(ServeRobustness, DisconnectMidStreamCancelsAndFreesTheSlot) {
   EXPECT_EQ(h.j()["usage"]["completion_tokens"], 4);
 }
 
+// A stop string that the whole reply is a prefix of holds every token's text back until the end:
+// the stream still carries all of it, then [DONE] and the final chunk.
+TEST_F(ServeRobustness, StreamWhoseTextIsHeldBackEndsWithItsFinalChunk) {
+  const std::string body = R"({"prompt":"And God said","max_tokens":24,"temperature":0,"ignore_eos":true)";
+  const Http full = http(port(), "POST", "/v1/completions", body + "}");
+  ASSERT_EQ(full.status, 200) << full.body;
+  const std::string text = full.j()["choices"][0]["text"];
+  ASSERT_FALSE(text.empty());
+  json stop = json::array({text + "\x01"});
+  const Http h = http(port(), "POST", "/v1/completions", body + R"(,"stream":true,"stop":)" + stop.dump() + "}");
+  ASSERT_EQ(h.status, 200);
+  EXPECT_TRUE(h.complete) << "the stream ended without its final chunk: " << h.body;
+  EXPECT_NE(h.body.find("data: [DONE]"), std::string::npos) << h.body;
+  std::string streamed;
+  for (size_t at = h.body.find("data: {"); at != std::string::npos; at = h.body.find("data: {", at + 1)) {
+    const json ev = json::parse(h.body.substr(at + 6, h.body.find("\n", at) - at - 6), nullptr, false);
+    if (ev.is_object()) streamed += ev["choices"][0].value("text", "");
+  }
+  EXPECT_EQ(streamed, text);
+}
+
 TEST_F(ServeRobustness, RepeatedPromptReusesTheCachedPrefix) {
   const std::string body = R"({"prompt":"And the earth was without form, and void","max_tokens":6,"temperature":0})";
   const Http a = http(port(), "POST", "/v1/completions", body);
