@@ -264,16 +264,7 @@ float legacy_dot(int64_t n, const void* w, const void* x) {
 template <Legacy K>
 void legacy_multi(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x, float* out) {
   const auto* xb = static_cast<const std::byte*>(x);
-  switch (n_x) {
-    case 1:
-      return legacy_rows<K, 1>(n, w, xb, x_stride, out);
-    case 2:
-      return legacy_rows<K, 2>(n, w, xb, x_stride, out);
-    case 3:
-      return legacy_rows<K, 3>(n, w, xb, x_stride, out);
-    default:
-      return legacy_rows<K, 4>(n, w, xb, x_stride, out);
-  }
+  with_row_count(n_x, [&](auto nx) { legacy_rows<K, decltype(nx)::value>(n, w, xb, x_stride, out); });
 }
 
 }  // namespace

@@ -95,16 +95,7 @@ float vec_dot_iq2_xxs(int64_t n, const void* w, const void* x) {
 void vec_dot_iq2_xxs_multi(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x,
                            float* out) {
   const auto* xb = static_cast<const std::byte*>(x);
-  switch (n_x) {
-    case 1:
-      return iq2_xxs_rows<1>(n, w, xb, x_stride, out);
-    case 2:
-      return iq2_xxs_rows<2>(n, w, xb, x_stride, out);
-    case 3:
-      return iq2_xxs_rows<3>(n, w, xb, x_stride, out);
-    default:
-      return iq2_xxs_rows<4>(n, w, xb, x_stride, out);
-  }
+  with_row_count(n_x, [&](auto nx) { iq2_xxs_rows<decltype(nx)::value>(n, w, xb, x_stride, out); });
 }
 
 }  // namespace sluice::avx512

@@ -262,12 +262,7 @@ float block_half_d(const Block& blk) {
 // Runs a kernel template for 1..kMaxDotRows rows.
 template <template <int> class K>
 void multi(int64_t n, const void* w, const void* x, uint64_t stride, int n_x, float* out) {
-  switch (n_x) {
-    case 1: return K<1>::run(n, w, x, stride, out);
-    case 2: return K<2>::run(n, w, x, stride, out);
-    case 3: return K<3>::run(n, w, x, stride, out);
-    default: return K<4>::run(n, w, x, stride, out);
-  }
+  with_row_count(n_x, [&](auto nx) { K<decltype(nx)::value>::run(n, w, x, stride, out); });
 }
 
 template <int NX>

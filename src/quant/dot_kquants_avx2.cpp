@@ -157,16 +157,7 @@ template <typename Block>
 void q45_K_multi(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x, float* out) {
   const auto* a = static_cast<const Block*>(w);
   const auto* xb = static_cast<const std::byte*>(x);
-  switch (n_x) {
-    case 1:
-      return q45_K_rows<Block, 1>(n, a, xb, x_stride, out);
-    case 2:
-      return q45_K_rows<Block, 2>(n, a, xb, x_stride, out);
-    case 3:
-      return q45_K_rows<Block, 3>(n, a, xb, x_stride, out);
-    default:
-      return q45_K_rows<Block, 4>(n, a, xb, x_stride, out);
-  }
+  with_row_count(n_x, [&](auto nx) { q45_K_rows<Block, decltype(nx)::value>(n, a, xb, x_stride, out); });
 }
 
 }  // namespace
@@ -267,16 +258,7 @@ void vec_dot_q6_K_multi(int64_t n, const void* w, const void* x, uint64_t x_stri
                         float* out) {
   const auto* a = static_cast<const BlockQ6K*>(w);
   const auto* xb = static_cast<const std::byte*>(x);
-  switch (n_x) {
-    case 1:
-      return q6_K_rows<1>(n, a, xb, x_stride, out);
-    case 2:
-      return q6_K_rows<2>(n, a, xb, x_stride, out);
-    case 3:
-      return q6_K_rows<3>(n, a, xb, x_stride, out);
-    default:
-      return q6_K_rows<4>(n, a, xb, x_stride, out);
-  }
+  with_row_count(n_x, [&](auto nx) { q6_K_rows<decltype(nx)::value>(n, a, xb, x_stride, out); });
 }
 
 float vec_dot_q2_K(int64_t n, const void* w, const void* x) {

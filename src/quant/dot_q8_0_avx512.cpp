@@ -100,16 +100,7 @@ float vec_dot_q8_0(int64_t n, const void* w, const void* x) {
 void vec_dot_q8_0_multi(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x,
                         float* out) {
   const auto* xb = static_cast<const std::byte*>(x);
-  switch (n_x) {
-    case 1:
-      return q8_0_rows<1>(n, w, xb, x_stride, out);
-    case 2:
-      return q8_0_rows<2>(n, w, xb, x_stride, out);
-    case 3:
-      return q8_0_rows<3>(n, w, xb, x_stride, out);
-    default:
-      return q8_0_rows<4>(n, w, xb, x_stride, out);
-  }
+  with_row_count(n_x, [&](auto nx) { q8_0_rows<decltype(nx)::value>(n, w, xb, x_stride, out); });
 }
 
 }  // namespace sluice::avx512

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "quant/blocks.h"
 #include "quant/types.h"
@@ -24,6 +25,19 @@ using QuantizeRowFn = void (*)(const float* x, void* y, int64_t n);
 using VecDotMultiFn = void (*)(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x,
                                float* out);
 inline constexpr int kMaxDotRows = 4;
+
+// Calls rows(std::integral_constant<int, NX>{}) with NX = n_x (1..kMaxDotRows): multi-row kernels
+// are templates on the row count, so that each count is unrolled with its accumulators in registers.
+template <class Rows>
+void with_row_count(int n_x, Rows&& rows) {
+  static_assert(kMaxDotRows == 4);
+  switch (n_x) {
+    case 1: return rows(std::integral_constant<int, 1>{});
+    case 2: return rows(std::integral_constant<int, 2>{});
+    case 3: return rows(std::integral_constant<int, 3>{});
+    default: return rows(std::integral_constant<int, 4>{});
+  }
+}
 
 // Dot products of a tile: n_w weight rows (w + r * w_stride bytes) with n_x activation rows (x + c
 // * x_stride bytes, in the weight type's vec-dot format) into y[c * y_stride + r]. Unlike
