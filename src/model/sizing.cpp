@@ -105,7 +105,10 @@ KvEstimate estimate_kv(const ModelSummary& m, int64_t ctx, const KvCacheConfig& 
   kv.ctx = ctx;
   kv.type_k = config.type_k;
   kv.type_v = config.type_v;
-  if (!m.n_layer || *m.n_layer <= 0) return kv;
+  // A layer count no real model comes near (a corrupt or hostile header) gets no estimate rather
+  // than per-layer tables of its size; loading such a file fails on its missing tensors anyway.
+  constexpr int64_t kMaxLayers = 1 << 16;
+  if (!m.n_layer || *m.n_layer <= 0 || *m.n_layer > kMaxLayers) return kv;
   kv.n_layer = std::max<int64_t>(0, *m.n_layer - m.n_mtp_layers.value_or(0));
   if (m.arch == "deepseek4") {
     // The cache's own rule (kv/ds4_cache.h): pooled rows and indexer keys per position, plus the

@@ -200,6 +200,20 @@ TEST(InspectSizing, VocabOnlyFile) {
   EXPECT_EQ(r.verdict.level, VerdictLevel::NearInRam);
 }
 
+// A header claiming 2^40 layers (what the fuzzer found) gets no KV estimate instead of per-layer
+// tables of that size; a plausible count still gets one.
+TEST(InspectSizing, AbsurdLayerCountGivesNoKvEstimate) {
+  ModelSummary m;
+  m.arch = "llama";
+  m.n_head = {32};
+  m.n_head_kv = {8};
+  m.key_length = 128;
+  m.n_layer = int64_t{1} << 40;
+  EXPECT_EQ(estimate_kv(m, 4096).bytes_per_token, 0u);
+  m.n_layer = 48;
+  EXPECT_EQ(estimate_kv(m, 4096).bytes_per_token, 48u * 8 * (128 + 128) * 4);
+}
+
 TEST(InspectVerdict, Thresholds) {
   // 1000 B of routed experts after 100 B resident + 50 B KV: the budget is ram − 150.
   auto at = [](uint64_t ram) { return make_verdict(ram, 100, 50, 1000); };
