@@ -17,30 +17,15 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "../unit/test_util.h"
+
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-  int status;
-  std::string out;
-};
-
-Result sh(const std::string& cmd) {
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
-
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p);
-  std::string s((std::istreambuf_iterator<char>(in)), {});
-  return s;
-}
+using sluice::test::read_file;
+using sluice::test::sh;
+using sluice::test::ShellResult;
 
 // Writes back and evicts the file's cached pages.
 void drop_from_page_cache(const std::string& path) {
@@ -73,7 +58,7 @@ TEST_P(StreamCgroup, LogitsEqualInRamAndPeakWithinLimit) {
   fs::create_directories(dir);
   const std::string bin = SLUICE_BIN;
   const std::string model = (dir / "m.gguf").string();
-  Result g = sh(bin + " gen-model " + c.gen_args + " --vocab 4096 --seed 7 --force -o " + model);
+  ShellResult g = sh(bin + " gen-model " + c.gen_args + " --vocab 4096 --seed 7 --force -o " + model);
   ASSERT_EQ(g.status, 0) << g.out;
   const uint64_t size = fs::file_size(model);
   const std::string ref = (dir / "ref.json").string();
@@ -89,7 +74,7 @@ TEST_P(StreamCgroup, LogitsEqualInRamAndPeakWithinLimit) {
   const bool automatic = std::string(c.cache) == "auto";
   const std::string flags = automatic ? "" : std::string(" --experts stream --ssd-streaming-cache-experts ") + c.cache;
   const std::string inner = bin + args + flags + " -o " + stream_json;
-  Result b = sh("sh -c 'echo $$ > " + (cg / "cgroup.procs").string() + " && exec " + inner + "'");
+  ShellResult b = sh("sh -c 'echo $$ > " + (cg / "cgroup.procs").string() + " && exec " + inner + "'");
   const uint64_t peak = std::stoull(read_file(cg / "memory.max_usage_in_bytes"));
   std::printf("[%s] model %.1f MB, cgroup limit %.1f MB, peak usage %.1f MB\n", c.name, size / 1e6, c.limit / 1e6,
               peak / 1e6);
@@ -98,7 +83,7 @@ TEST_P(StreamCgroup, LogitsEqualInRamAndPeakWithinLimit) {
   EXPECT_LE(peak, c.limit);
   if (automatic) EXPECT_NE(b.out.find("experts: preloaded"), std::string::npos) << "auto mode did not stream: " << b.out;
 
-  Result a = sh(bin + args + " --experts ram -o " + ram_json);
+  ShellResult a = sh(bin + args + " --experts ram -o " + ram_json);
   ASSERT_EQ(a.status, 0) << a.out;
   auto ja = nlohmann::json::parse(read_file(ram_json)), jb = nlohmann::json::parse(read_file(stream_json));
   EXPECT_EQ(ja["top_logits"], jb["top_logits"]);

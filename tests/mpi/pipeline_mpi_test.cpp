@@ -19,31 +19,17 @@
 #include <string>
 #include <thread>
 
+#include "../unit/test_util.h"
+
 namespace fs = std::filesystem;
 
 namespace {
 
 const fs::path kRef = fs::path(SLUICE_TESTDATA) / "reference";
 
-struct Result {
-  int status;
-  std::string out;
-};
-
-Result sh(const std::string& cmd) {
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
-
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p);
-  return std::string((std::istreambuf_iterator<char>(in)), {});
-}
+using sluice::test::read_file;
+using sluice::test::sh;
+using sluice::test::ShellResult;
 
 // mpirun over TCP on this machine, allowed as root, ranks outnumbering cores; `wrap` runs each
 // rank through `sh -c` (with $OMPI_COMM_WORLD_RANK) before exec'ing sluice.
@@ -64,12 +50,12 @@ TEST_P(PipelineMpi, TwoAndThreeStagesGiveOneProcessLogits) {
   fs::create_directories(dir);
   const std::string args = "logits -t 1 --greedy 4 -m " + (kRef / (stem + ".gguf")).string() +
                            " --tokens-from " + (kRef / (stem + ".prompt1.json")).string() + " -o ";
-  Result one = sh(std::string(SLUICE_BIN) + " " + args + (dir / "one.json").string());
+  ShellResult one = sh(std::string(SLUICE_BIN) + " " + args + (dir / "one.json").string());
   ASSERT_EQ(one.status, 0) << one.out;
   const std::string expected = read_file(dir / "one.json");
   for (int n : {2, 3}) {
     const fs::path out = dir / ("np" + std::to_string(n) + ".json");
-    Result r = sh(mpirun(n, args + out.string()));
+    ShellResult r = sh(mpirun(n, args + out.string()));
     ASSERT_EQ(r.status, 0) << r.out;
     EXPECT_NE(r.out.find("stage " + std::to_string(n - 1) + ": rank"), std::string::npos) << r.out;
     EXPECT_EQ(read_file(out), expected) << stem << " in " << n << " stages";
@@ -93,11 +79,11 @@ class PipelineMpiModel : public ::testing::Test {
     dir_ = fs::temp_directory_path() / ("sluice-mpi-model-" + std::to_string(getpid()));
     fs::create_directories(dir_);
     model_ = (dir_ / "m.gguf").string();
-    Result g = sh(std::string(SLUICE_BIN) +
-                  " gen-model --preset qwen3-30b-a3b --layers 4 --experts 32 --experts-used 8 "
-                  "--embd 1024 --ff-exp 1024 "
-                  "--heads 8 --kv-heads 2 --head-dim 128 --vocab 4096 --seed 7 --force -o " +
-                  model_);
+    ShellResult g = sh(std::string(SLUICE_BIN) +
+                       " gen-model --preset qwen3-30b-a3b --layers 4 --experts 32 --experts-used 8 "
+                       "--embd 1024 --ff-exp 1024 "
+                       "--heads 8 --kv-heads 2 --head-dim 128 --vocab 4096 --seed 7 --force -o " +
+                       model_);
     if (g.status != 0) model_.clear();
     std::ofstream(dir_ / "ref.json")
         << R"({"tokens": [1, 5, 9, 200, 17, 33, 2, 8, 99, 100, 101, 7, 3, 64, 12, 250]})";
@@ -111,7 +97,7 @@ class PipelineMpiModel : public ::testing::Test {
   // job's exit status, its output and the seconds from the signal to the job's end (a job still
   // running after 60 s is killed by `timeout`).
   struct Ended {
-    Result r;
+    ShellResult r;
     double seconds;
   };
   Ended signal_stage(int sig) {
@@ -119,7 +105,9 @@ class PipelineMpiModel : public ::testing::Test {
     fs::create_directories(pids);
     const std::string cmd =
         "timeout 60 " +
-        mpirun(2, "run -t 1 -c 4096 -n 4000 --ignore-eos -p hello --temp 0 --stage-timeout 3 -m " + model_,
+        mpirun(2,
+               "run -t 1 -c 4096 -n 4000 --ignore-eos -p hello --temp 0 --stage-timeout 3 -m " +
+                   model_,
                "echo $$ > " + pids.string() + "/$OMPI_COMM_WORLD_RANK;");
     std::chrono::steady_clock::time_point signalled{};
     std::thread killer([&] {
@@ -131,7 +119,7 @@ class PipelineMpiModel : public ::testing::Test {
       const std::string pid = read_file(pid_file);
       if (!pid.empty()) ::kill(std::stoi(pid), sig);
     });
-    Result r = sh(cmd);
+    ShellResult r = sh(cmd);
     const auto ended = std::chrono::steady_clock::now();
     killer.join();
     return {r, std::chrono::duration<double>(ended - signalled).count()};
@@ -159,7 +147,7 @@ TEST_F(PipelineMpiModel, EachStageStreamsUnderItsOwnCgroupLimit) {
   const int fd = ::open(model_.c_str(), O_RDONLY);
   ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
   ::close(fd);
-  Result s =
+  ShellResult s =
       sh(mpirun(2,
                 args + " --experts stream --ssd-streaming-cache-experts 24MB -o " +
                     (dir_ / "stream.json").string(),
@@ -174,8 +162,8 @@ TEST_F(PipelineMpiModel, EachStageStreamsUnderItsOwnCgroupLimit) {
   ASSERT_EQ(s.status, 0) << s.out;
   EXPECT_LE(peak[0], kLimit);
   EXPECT_LE(peak[1], kLimit);
-  Result a = sh(std::string(SLUICE_BIN) + " " + args + " --experts ram -o " +
-                (dir_ / "ram.json").string());
+  ShellResult a = sh(std::string(SLUICE_BIN) + " " + args + " --experts ram -o " +
+                     (dir_ / "ram.json").string());
   ASSERT_EQ(a.status, 0) << a.out;
   EXPECT_EQ(read_file(dir_ / "stream.json"), read_file(dir_ / "ram.json"));
 }
