@@ -48,7 +48,7 @@ struct PlanRequest {
   MemoryBudget budget;
   int64_t n_ctx = 4096;              // context per slot
   int n_slots = 1;                   // sequences holding a KV cache at once
-  std::optional<Placement> forced;   // --experts ram|mmap|stream; nullopt: auto
+  std::optional<Placement> forced{}; // --experts ram|mmap|stream; nullopt: auto
   uint64_t cache_bytes = 0;          // --ssd-streaming-cache-experts; 0: from the budget
 };
 

@@ -30,7 +30,7 @@ Isa select_isa(bool cpu_avx2, const char* no_simd_env) {
 bool cpu_has_avx512() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
-  return cpu_has_avx2() && __builtin_cpu_supports("avx512f") &&
+  return cpu_has_avx2() && __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("avx512f") &&
          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
          __builtin_cpu_supports("avx512vnni");
 #else
@@ -227,8 +227,8 @@ DotKernels avx2_kernels(GgmlType weight) {
 }
 
 // The AVX2 set plus the VNNI GEMM for the types that have a GemmFormat, and the AVX-512 dot
-// kernels that beat their AVX2 twins (Q8_0 and IQ2_XXS, the dense and routed gate/up types of
-// 2-bit DeepSeek builds; Q6_K, the usual output head). A type whose dot kernel is missing
+// kernels that beat their AVX2 twins (Q8_0, IQ2_XXS and Q2_K, the dense, routed gate/up and
+// routed down types of 2-bit DeepSeek builds; Q6_K, the usual output head). A type whose dot kernel is missing
 // (dequantize fallback, which reads the float activations) gets its activations converted to the
 // GEMM's format too, so the GEMM can serve its prefill.
 DotKernels avx512_kernels(GgmlType weight) {
@@ -246,6 +246,10 @@ DotKernels avx512_kernels(GgmlType weight) {
     k.vec_dot_multi = avx512::vec_dot_iq2_xxs_multi;
   }
   if (weight == GgmlType::Q6_K) k.vec_dot = avx512::vec_dot_q6_K;
+  if (weight == GgmlType::Q2_K) {
+    k.vec_dot = avx512::vec_dot_q2_K;
+    k.vec_dot_multi = avx512::vec_dot_q2_K_multi;
+  }
   if (k.gemm && !k.vec_dot && gemm_format(weight)->act_type == GgmlType::Q8_K) {
     k.vec_dot_type = GgmlType::Q8_K;
     k.quantize = avx2::quantize_row_q8_K;

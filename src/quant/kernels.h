@@ -157,7 +157,7 @@ void gemm(const GemmFormat& f, int64_t n, const void* w, uint64_t w_stride, int6
           const void* x, uint64_t x_stride, int64_t n_x, float* y, uint64_t y_stride);
 // gemm through the weight type's GemmFormat (quant/gemm.h); null for types without one.
 GemmFn gemm_kernel(GgmlType weight);
-// Decode dot kernels (dot_q8_0_avx512.cpp, dot_iq2_xxs_avx512.cpp, dot_avx512.cpp); the other
+// Decode dot kernels (dot_q8_0_avx512.cpp, dot_iq2_xxs_avx512.cpp, dot_kquants_avx512.cpp); the other
 // types keep their AVX2 kernel.
 float vec_dot_q8_0(int64_t n, const void* w, const void* x);
 void vec_dot_q8_0_multi(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x,
@@ -166,6 +166,9 @@ float vec_dot_iq2_xxs(int64_t n, const void* w, const void* x);
 void vec_dot_iq2_xxs_multi(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x,
                            float* out);
 float vec_dot_q6_K(int64_t n, const void* w, const void* x);
+float vec_dot_q2_K(int64_t n, const void* w, const void* x);
+void vec_dot_q2_K_multi(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x,
+                        float* out);
 }  // namespace avx512
 
 }  // namespace sluice

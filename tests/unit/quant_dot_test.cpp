@@ -150,13 +150,13 @@ TEST_P(VecDot, SimdMatchesScalar) {
   }
 }
 
-// The AVX-512 dots (Q8_0, IQ2_XXS; single and multi-row) against the scalar kernels: odd block
+// The AVX-512 dots (Q8_0, IQ2_XXS, Q2_K; single and multi-row) against the scalar kernels: odd block
 // counts run the Q8_0 one-block tail, and Q8_0 rows of -128 weight bytes (|w| = 128 as an unsigned
 // byte) against ±127 activations run its extremes.
 TEST(VecDot, Avx512MatchesScalar) {
   if (!cpu_has_avx512()) GTEST_SKIP() << "CPU lacks AVX-512 F/BW/VL/VNNI";
   std::mt19937 rng(512);
-  for (GgmlType t : {GgmlType::Q8_0, GgmlType::IQ2_XXS}) {
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::IQ2_XXS, GgmlType::Q2_K}) {
     const DotKernels s = dot_kernels(t, Isa::Scalar);
     const DotKernels v = dot_kernels(t, Isa::Avx512);
     ASSERT_NE(v.vec_dot, dot_kernels(t, Isa::Avx2).vec_dot) << type_name(t);

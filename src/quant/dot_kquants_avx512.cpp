@@ -1,6 +1,7 @@
-// AVX-512 VNNI single-row dot kernels for decode where they beat the AVX2 ones: Q6_K (the output
-// head, the largest matrix a token reads; 1.6x the AVX2 kernel's rate in bench_matmul's BM_Types).
-// The scalar twin lives in dot_kquants.cpp, the AVX2 version in dot_kquants_avx2.cpp. Compiled
+// AVX-512 VNNI dot kernels of the k-quants for decode where they beat the AVX2 ones: Q6_K (the
+// output head, the largest matrix a token reads; 1.6x the AVX2 kernel's rate in bench_matmul's
+// BM_Types) and Q2_K, one to four activation rows (the routed down type of 2-bit DeepSeek builds).
+// The scalar twins live in dot_kquants.cpp, the AVX2 versions in dot_kquants_avx2.cpp. Compiled
 // with AVX-512 F/BW/VL/VNNI; only reachable after dispatch has checked the CPU. (A Q4_K kernel
 // built the same way measured no faster than the AVX2 one, so Q4_K keeps that.)
 //
@@ -16,8 +17,10 @@
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 
+#include <cstddef>
 #include <cstring>
 
+#include "quant/blocks.h"
 #include "quant/kernels.h"
 #include "quant/simd_avx2.h"
 
@@ -94,6 +97,75 @@ float vec_dot_q6_K(int64_t n, const void* w, const void* x) {
     acc = _mm512_fmadd_ps(_mm512_set1_ps(dd), _mm512_cvtepi32_ps(sumi), acc);
   }
   return _mm512_reduce_add_ps(acc) - 32.0f * hsum(acc_off);
+}
+
+namespace {
+
+// Q2_K: per 128-value half h, qs[32h..32h+31] holds four 2-bit values per byte: bits 2p..2p+1 of
+// byte j are value 32p + j of the half. Broadcasting the half's 32 bytes to both 256-bit halves and
+// shifting them by (0, 2) or (4, 6) bits gives 64 consecutive values matching one 64-byte
+// activation load, as in Q6_K. Scales (low nibbles) go through vpdpwssd; the mins (high nibbles)
+// meet the activation group sums once per super-block.
+template <int NX>
+void q2_K_rows(int64_t n, const BlockQ2K* a, const std::byte* x, uint64_t x_stride, float* out) {
+  const __m512i low2 = _mm512_set1_epi8(0x03);
+  const __m512i shift[2] = {halves16(0, 2), halves16(4, 6)};
+  const __m512i idx[4] = {quarters16(0), quarters16(4), quarters16(8), quarters16(12)};
+  __m512 acc[NX];
+  __m256 acc_min[NX];
+  for (int t = 0; t < NX; ++t) {
+    acc[t] = _mm512_setzero_ps();
+    acc_min[t] = _mm256_setzero_ps();
+  }
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    avx2_detail::prefetch_weights(a + i);
+    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a[i].scales));
+    const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(packed, _mm_set1_epi8(0x0F)));
+    const __m256i mins16 =
+        _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0F)));
+    const __m512i sc = _mm512_castsi256_si512(sc16);
+    const float d = fp16_scalar(a[i].d), dmin = fp16_scalar(a[i].dmin);
+    const BlockQ8K* b[NX];
+    __m512i sumi[NX];
+    for (int t = 0; t < NX; ++t) {
+      b[t] = reinterpret_cast<const BlockQ8K*>(x + t * x_stride) + i;
+      sumi[t] = _mm512_setzero_si512();
+      acc_min[t] = _mm256_fmadd_ps(
+          _mm256_set1_ps(b[t]->d * dmin),
+          _mm256_cvtepi32_ps(_mm256_madd_epi16(
+              mins16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[t]->bsums)))),
+          acc_min[t]);
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      const __m512i q = _mm512_broadcast_i64x4(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[i].qs + 32 * (c >> 1))));
+      const __m512i v = _mm512_and_si512(_mm512_srlv_epi16(q, shift[c & 1]), low2);
+      const __m512i scale = _mm512_permutexvar_epi16(idx[c], sc);
+#pragma GCC unroll 4
+      for (int t = 0; t < NX; ++t)
+        sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(v, load512(b[t]->qs + 64 * c)),
+                                      scale);
+    }
+    for (int t = 0; t < NX; ++t)
+      acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(b[t]->d * d), _mm512_cvtepi32_ps(sumi[t]), acc[t]);
+  }
+  for (int t = 0; t < NX; ++t) out[t] = _mm512_reduce_add_ps(acc[t]) - hsum(acc_min[t]);
+}
+
+}  // namespace
+
+float vec_dot_q2_K(int64_t n, const void* w, const void* x) {
+  float out;
+  q2_K_rows<1>(n, static_cast<const BlockQ2K*>(w), static_cast<const std::byte*>(x), 0, &out);
+  return out;
+}
+
+void vec_dot_q2_K_multi(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x,
+                        float* out) {
+  const auto* a = static_cast<const BlockQ2K*>(w);
+  const auto* xb = static_cast<const std::byte*>(x);
+  with_row_count(n_x, [&](auto nx) { q2_K_rows<decltype(nx)::value>(n, a, xb, x_stride, out); });
 }
 
 }  // namespace sluice::avx512
