@@ -270,6 +270,26 @@ DotKernels dot_kernels(GgmlType weight, Isa isa) {
   }
 }
 
+AttentionTiles attention_tiles(GgmlType key_storage, Isa isa) {
+  const bool simd = isa >= Isa::Avx2;
+  AttentionTiles t;
+  t.value_sums = simd ? avx2::value_sums : scalar::value_sums;
+  switch (key_storage) {
+    case GgmlType::F32:
+      t.key_scores = simd ? avx2::key_scores_f32 : scalar::key_scores_f32;
+      break;
+    case GgmlType::F16:
+      t.key_scores = simd ? avx2::key_scores_f16 : scalar::key_scores_f16;
+      break;
+    case GgmlType::BF16:
+      t.key_scores = simd ? avx2::key_scores_bf16 : scalar::key_scores_bf16;
+      break;
+    default:
+      break;
+  }
+  return t;
+}
+
 VecDotFn f32_activation_dot(GgmlType weight) {
   const bool simd = active_isa() >= Isa::Avx2;
   switch (weight) {

@@ -56,6 +56,17 @@ inline DotKernels dot_kernels(GgmlType weight) {
   return dot_kernels(weight, active_isa());
 }
 
+// Attention tile kernels of a set (see KeyScoresFn in quant/kernels.h). key_scores is null for
+// stored key types it does not read (Q8_0, Q4_0: use f32_activation_dot per key and query).
+struct AttentionTiles {
+  KeyScoresFn key_scores = nullptr;
+  ValueSumsFn value_sums = nullptr;
+};
+AttentionTiles attention_tiles(GgmlType key_storage, Isa isa);
+inline AttentionTiles attention_tiles(GgmlType key_storage) {
+  return attention_tiles(key_storage, active_isa());
+}
+
 // A dot kernel of the active set that reads `weight` rows against unrounded f32 activations: F32,
 // F16, BF16, Q8_0 and Q4_0 (attention's keys against the query). Throws sluice::Error otherwise.
 VecDotFn f32_activation_dot(GgmlType weight);

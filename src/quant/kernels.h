@@ -8,6 +8,7 @@
 // without revisiting the 8-bit values). n is a multiple of the block size; rows need no alignment.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
@@ -45,12 +46,29 @@ void with_row_count(int n_x, Rows&& rows) {
 using GemmFn = void (*)(int64_t n, const void* w, uint64_t w_stride, int64_t n_w, const void* x,
                         uint64_t x_stride, int64_t n_x, float* y, uint64_t y_stride);
 
+// Attention tiles (ops/attention.cpp). Key scores: n_keys stored key rows k_rows[k] (f32, f16 or
+// bf16, dim values) dotted with n_q (1..kMaxDotRows) f32 queries q + t * q_stride into
+// scores[t * s_stride + k]. Value sums: acc[t * acc_stride + d] += Σ_k w[t * w_stride + k] ·
+// v_rows[k][d], keys in order. A row's results never depend on the other rows of its tile.
+using KeyScoresFn = void (*)(int64_t dim, const std::byte* const* k_rows, int n_keys, const float* q,
+                             int64_t q_stride, int n_q, float* scores, int64_t s_stride);
+using ValueSumsFn = void (*)(int64_t dim, const float* const* v_rows, int n_keys, const float* w,
+                             int64_t w_stride, int n_q, float* acc, int64_t acc_stride);
+
 // Activation quantizers zero blocks whose largest magnitude is below this (see act_quant.cpp).
 inline constexpr float kMinActivationAmax = 1e-30f;
 
 namespace scalar {
 void quantize_row_q8_0(const float* x, void* y, int64_t n);
 void quantize_row_q8_K(const float* x, void* y, int64_t n);
+void key_scores_f32(int64_t dim, const std::byte* const* k_rows, int n_keys, const float* q,
+                    int64_t q_stride, int n_q, float* scores, int64_t s_stride);
+void key_scores_f16(int64_t dim, const std::byte* const* k_rows, int n_keys, const float* q,
+                    int64_t q_stride, int n_q, float* scores, int64_t s_stride);
+void key_scores_bf16(int64_t dim, const std::byte* const* k_rows, int n_keys, const float* q,
+                     int64_t q_stride, int n_q, float* scores, int64_t s_stride);
+void value_sums(int64_t dim, const float* const* v_rows, int n_keys, const float* w,
+                int64_t w_stride, int n_q, float* acc, int64_t acc_stride);
 
 float vec_dot_f32(int64_t n, const void* w, const void* x);
 float vec_dot_f16(int64_t n, const void* w, const void* x);
@@ -88,6 +106,14 @@ float vec_dot_iq1_m(int64_t n, const void* w, const void* x);
 namespace avx2 {
 void quantize_row_q8_0(const float* x, void* y, int64_t n);
 void quantize_row_q8_K(const float* x, void* y, int64_t n);
+void key_scores_f32(int64_t dim, const std::byte* const* k_rows, int n_keys, const float* q,
+                    int64_t q_stride, int n_q, float* scores, int64_t s_stride);
+void key_scores_f16(int64_t dim, const std::byte* const* k_rows, int n_keys, const float* q,
+                    int64_t q_stride, int n_q, float* scores, int64_t s_stride);
+void key_scores_bf16(int64_t dim, const std::byte* const* k_rows, int n_keys, const float* q,
+                     int64_t q_stride, int n_q, float* scores, int64_t s_stride);
+void value_sums(int64_t dim, const float* const* v_rows, int n_keys, const float* w,
+                int64_t w_stride, int n_q, float* acc, int64_t acc_stride);
 
 float vec_dot_f32(int64_t n, const void* w, const void* x);
 float vec_dot_f16(int64_t n, const void* w, const void* x);

@@ -1,0 +1,69 @@
+// Scalar attention tiles: the twins of attn_tiles_avx2.cpp, and the reference the generic build
+// runs. Keys: stored key rows (f32, f16, bf16) against up to kMaxDotRows f32 queries; values:
+// weighted sums of f32 value rows, keys in order.
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "quant/dequant.h"
+#include "quant/kernels.h"
+
+namespace sluice::scalar {
+
+namespace {
+
+float f32_at(const std::byte* row, int64_t i) {
+  float f;
+  std::memcpy(&f, row + 4 * i, sizeof f);
+  return f;
+}
+float f16_at(const std::byte* row, int64_t i) {
+  uint16_t h;
+  std::memcpy(&h, row + 2 * i, sizeof h);
+  return fp16_to_fp32(h);
+}
+float bf16_at(const std::byte* row, int64_t i) {
+  uint16_t h;
+  std::memcpy(&h, row + 2 * i, sizeof h);
+  const uint32_t b = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &b, sizeof f);
+  return f;
+}
+
+template <float (*At)(const std::byte*, int64_t)>
+void key_scores(int64_t dim, const std::byte* const* k_rows, int n_keys, const float* q,
+                int64_t q_stride, int n_q, float* scores, int64_t s_stride) {
+  for (int k = 0; k < n_keys; ++k)
+    for (int t = 0; t < n_q; ++t) {
+      float s = 0.0f;
+      for (int64_t i = 0; i < dim; ++i) s += At(k_rows[k], i) * q[t * q_stride + i];
+      scores[t * s_stride + k] = s;
+    }
+}
+
+}  // namespace
+
+void key_scores_f32(int64_t dim, const std::byte* const* k_rows, int n_keys, const float* q,
+                    int64_t q_stride, int n_q, float* scores, int64_t s_stride) {
+  key_scores<f32_at>(dim, k_rows, n_keys, q, q_stride, n_q, scores, s_stride);
+}
+void key_scores_f16(int64_t dim, const std::byte* const* k_rows, int n_keys, const float* q,
+                    int64_t q_stride, int n_q, float* scores, int64_t s_stride) {
+  key_scores<f16_at>(dim, k_rows, n_keys, q, q_stride, n_q, scores, s_stride);
+}
+void key_scores_bf16(int64_t dim, const std::byte* const* k_rows, int n_keys, const float* q,
+                     int64_t q_stride, int n_q, float* scores, int64_t s_stride) {
+  key_scores<bf16_at>(dim, k_rows, n_keys, q, q_stride, n_q, scores, s_stride);
+}
+
+void value_sums(int64_t dim, const float* const* v_rows, int n_keys, const float* w,
+                int64_t w_stride, int n_q, float* acc, int64_t acc_stride) {
+  for (int t = 0; t < n_q; ++t)
+    for (int k = 0; k < n_keys; ++k) {
+      const float wk = w[t * w_stride + k];
+      for (int64_t d = 0; d < dim; ++d) acc[t * acc_stride + d] += wk * v_rows[k][d];
+    }
+}
+
+}  // namespace sluice::scalar

@@ -1,0 +1,155 @@
+// AVX2+FMA attention tiles (scalar twins: attn_tiles.cpp; tests compare them). Keys: up to
+// kMaxDotRows f32 queries against a run of stored key rows (f32, f16 or bf16), each key row
+// loaded once for all queries; values: weighted sums of f32 value rows into up to kMaxDotRows
+// accumulators. A query's score is computed by the same instructions whatever the other rows of
+// its tile are (missing rows are zero accumulators reduced by the same tree), so a query's
+// attention does not depend on how a prefill was cut into chunks or heads into tiles.
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+#include "quant/kernels.h"
+
+namespace sluice::avx2 {
+
+namespace {
+
+struct LoadF32 {
+  static __m256 load(const std::byte* row, int64_t i) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + i);
+  }
+  static float at(const std::byte* row, int64_t i) { return reinterpret_cast<const float*>(row)[i]; }
+};
+struct LoadF16 {
+  static __m256 load(const std::byte* row, int64_t i) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * i)));
+  }
+  static float at(const std::byte* row, int64_t i) {
+    return _cvtsh_ss(reinterpret_cast<const uint16_t*>(row)[i]);
+  }
+};
+struct LoadBf16 {
+  static __m256 load(const std::byte* row, int64_t i) {
+    const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * i)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
+  }
+  static float at(const std::byte* row, int64_t i) {
+    const uint32_t b = static_cast<uint32_t>(reinterpret_cast<const uint16_t*>(row)[i]) << 16;
+    float f;
+    __builtin_memcpy(&f, &b, sizeof f);
+    return f;
+  }
+};
+
+// The four rows' horizontal sums: one transposing reduction tree; row r's sum depends only on
+// its own lanes.
+__m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
+  const __m256 ab = _mm256_hadd_ps(a, b);  // a01 a23 b01 b23 | a45 a67 b45 b67
+  const __m256 cd = _mm256_hadd_ps(c, d);
+  const __m256 abcd = _mm256_hadd_ps(ab, cd);  // a0-3 b0-3 c0-3 d0-3 | a4-7 b4-7 c4-7 d4-7
+  return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
+template <class L, int NX>
+void key_scores_rows(int64_t dim, const std::byte* const* k_rows, int n_keys, const float* q,
+                     int64_t q_stride, float* scores, int64_t s_stride) {
+  const int64_t vec_end = dim / 8 * 8;
+  for (int k = 0; k < n_keys; ++k) {
+    const std::byte* row = k_rows[k];
+    __m256 acc0[kMaxDotRows], acc1[kMaxDotRows];
+    for (int t = 0; t < kMaxDotRows; ++t) acc0[t] = acc1[t] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= dim; i += 16) {
+      const __m256 k0 = L::load(row, i), k1 = L::load(row, i + 8);
+#pragma GCC unroll 4
+      for (int t = 0; t < NX; ++t) {
+        acc0[t] = _mm256_fmadd_ps(k0, _mm256_loadu_ps(q + t * q_stride + i), acc0[t]);
+        acc1[t] = _mm256_fmadd_ps(k1, _mm256_loadu_ps(q + t * q_stride + i + 8), acc1[t]);
+      }
+    }
+    for (; i < vec_end; i += 8) {
+      const __m256 k0 = L::load(row, i);
+#pragma GCC unroll 4
+      for (int t = 0; t < NX; ++t)
+        acc0[t] = _mm256_fmadd_ps(k0, _mm256_loadu_ps(q + t * q_stride + i), acc0[t]);
+    }
+    alignas(16) float sums[4];
+    _mm_store_ps(sums, hsum4(_mm256_add_ps(acc0[0], acc1[0]), _mm256_add_ps(acc0[1], acc1[1]),
+                             _mm256_add_ps(acc0[2], acc1[2]), _mm256_add_ps(acc0[3], acc1[3])));
+    for (int t = 0; t < NX; ++t) {
+      float s = sums[t];
+      for (int64_t j = vec_end; j < dim; ++j) s += L::at(row, j) * q[t * q_stride + j];
+      scores[t * s_stride + k] = s;
+    }
+  }
+}
+
+template <class L>
+void key_scores(int64_t dim, const std::byte* const* k_rows, int n_keys, const float* q,
+                int64_t q_stride, int n_q, float* scores, int64_t s_stride) {
+  with_row_count(n_q, [&](auto nx) {
+    key_scores_rows<L, decltype(nx)::value>(dim, k_rows, n_keys, q, q_stride, scores, s_stride);
+  });
+}
+
+template <int NX>
+void value_sum_rows(int64_t dim, const float* const* v_rows, int n_keys, const float* w,
+                    int64_t w_stride, float* acc, int64_t acc_stride) {
+  int64_t d = 0;
+  for (; d + 16 <= dim; d += 16) {
+    __m256 a0[NX], a1[NX];
+#pragma GCC unroll 4
+    for (int t = 0; t < NX; ++t) {
+      a0[t] = _mm256_loadu_ps(acc + t * acc_stride + d);
+      a1[t] = _mm256_loadu_ps(acc + t * acc_stride + d + 8);
+    }
+    for (int k = 0; k < n_keys; ++k) {
+      const __m256 v0 = _mm256_loadu_ps(v_rows[k] + d), v1 = _mm256_loadu_ps(v_rows[k] + d + 8);
+#pragma GCC unroll 4
+      for (int t = 0; t < NX; ++t) {
+        const __m256 wk = _mm256_broadcast_ss(w + t * w_stride + k);
+        a0[t] = _mm256_fmadd_ps(wk, v0, a0[t]);
+        a1[t] = _mm256_fmadd_ps(wk, v1, a1[t]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NX; ++t) {
+      _mm256_storeu_ps(acc + t * acc_stride + d, a0[t]);
+      _mm256_storeu_ps(acc + t * acc_stride + d + 8, a1[t]);
+    }
+  }
+  for (; d < dim; ++d)
+    for (int t = 0; t < NX; ++t) {
+      float s = acc[t * acc_stride + d];
+      for (int k = 0; k < n_keys; ++k) s = std::fma(w[t * w_stride + k], v_rows[k][d], s);
+      acc[t * acc_stride + d] = s;
+    }
+}
+
+}  // namespace
+
+void key_scores_f32(int64_t dim, const std::byte* const* k_rows, int n_keys, const float* q,
+                    int64_t q_stride, int n_q, float* scores, int64_t s_stride) {
+  key_scores<LoadF32>(dim, k_rows, n_keys, q, q_stride, n_q, scores, s_stride);
+}
+void key_scores_f16(int64_t dim, const std::byte* const* k_rows, int n_keys, const float* q,
+                    int64_t q_stride, int n_q, float* scores, int64_t s_stride) {
+  key_scores<LoadF16>(dim, k_rows, n_keys, q, q_stride, n_q, scores, s_stride);
+}
+void key_scores_bf16(int64_t dim, const std::byte* const* k_rows, int n_keys, const float* q,
+                     int64_t q_stride, int n_q, float* scores, int64_t s_stride) {
+  key_scores<LoadBf16>(dim, k_rows, n_keys, q, q_stride, n_q, scores, s_stride);
+}
+
+// acc[t][d] += Σ_k w[t][k] · v[k][d], keys in order, 16 dims at a time so the accumulators of all
+// rows stay in registers across the keys.
+void value_sums(int64_t dim, const float* const* v_rows, int n_keys, const float* w,
+                int64_t w_stride, int n_q, float* acc, int64_t acc_stride) {
+  with_row_count(n_q, [&](auto nx) {
+    value_sum_rows<decltype(nx)::value>(dim, v_rows, n_keys, w, w_stride, acc, acc_stride);
+  });
+}
+
+}  // namespace sluice::avx2
