@@ -188,8 +188,10 @@ void moe_experts(ForwardContext& ctx, int il, const int32_t* ids, const float* w
     rows_of[where[e]].push_back(static_cast<int32_t>(i));
   }
 
+  // Each slot's weighted expert output, summed per token in slot order once all experts ran, so
+  // the sum does not depend on the order the store hands experts out. Every slot is written.
   int64_t n_embd = 0;
-  std::vector<float> slot_out;  // (n_tok·n_used, n_embd): each slot's weighted expert output
+  std::vector<float>& slot_out = ctx.moe_slots;
   ctx.experts.begin(il, experts);
   ctx.issue_lookahead();
   int index = 0;
@@ -200,7 +202,8 @@ void moe_experts(ForwardContext& ctx, int il, const int32_t* ids, const float* w
     const int64_t m = static_cast<int64_t>(rows.size());
     n_embd = w.gate.n_in;
     const int64_t n_ff = w.gate.n_out;
-    if (slot_out.empty()) slot_out.assign(n_tok * n_used * n_embd, 0.0f);
+    const auto slots_size = static_cast<size_t>(n_tok * n_used * n_embd);
+    if (slot_out.size() < slots_size) slot_out.resize(slots_size);
     xe.resize(m * n_embd);
     for (int64_t r = 0; r < m; ++r) std::copy_n(xn + (rows[r] / n_used) * n_embd, n_embd, xe.data() + r * n_embd);
     g.resize(m * n_ff);

@@ -63,6 +63,10 @@ struct ForwardContext {
     PrefetchHint hint = PrefetchHint::kSet;
   };
   Lookahead lookahead{};
+  // (n_tok·n_used, n_embd) weighted expert outputs per routing slot, reused by every MoE layer of
+  // the pass: at a 512-token prefill it is 32 MiB, which allocated per layer came back as fresh
+  // pages (page faults and zeroing each time) instead of reused ones.
+  std::vector<float> moe_slots{};
   void issue_lookahead() {
     if (lookahead.il < 0) return;
     experts.prefetch(lookahead.il, lookahead.ids, lookahead.hint);
