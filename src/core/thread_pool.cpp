@@ -220,4 +220,9 @@ int default_thread_count() {
   return n;
 }
 
+int threads_for_work(int cores, uint64_t bytes_per_token) {
+  const uint64_t by_work = std::max<uint64_t>(1, bytes_per_token / kMinBytesPerThread);
+  return static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(std::max(1, cores)), by_work));
+}
+
 }  // namespace sluice

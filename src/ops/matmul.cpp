@@ -100,8 +100,9 @@ void run_range(const Job& job, int m, int64_t r0, int64_t r1, int64_t t0, int64_
     for (int64_t r = r0; r < r1; ++r) {
       const std::byte* wrow = w.data + static_cast<uint64_t>(r) * w.row_stride;
       float* yr = y + r;
-      // A lone token takes the single-row kernel, which for some types (Q6_K) is a faster set's.
-      if (job.k.vec_dot_multi && (te - tt > 1 || !job.k.vec_dot)) {
+      // A lone token takes the single-row kernel, which for some types (Q6_K) is a faster set's;
+      // so do ExactRows calls (dot_rows 1), whose rows must equal such lone-token calls.
+      if (job.k.vec_dot_multi && (!job.k.vec_dot || (job.dot_rows > 1 && te - tt > 1))) {
         for (int64_t t = tt; t < te; t += job.dot_rows) {
           const int n_x = static_cast<int>(std::min<int64_t>(job.dot_rows, te - t));
           float out[kMaxDotRows];

@@ -45,7 +45,6 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& o) {
   impl->model->set_layer_range(o.layer_begin, o.layer_end);
   impl->link = o.link;
   impl->tokenizer = Tokenizer::from_gguf(*impl->file);
-  impl->pool = std::make_unique<ThreadPool>(o.n_threads > 0 ? o.n_threads : default_thread_count());
   if (o.kv_slots < 1) fail("kv_slots {}: expected at least 1 sequence", o.kv_slots);
   const HParams& hp = impl->model->hparams();
   if (impl->tokenizer->n_vocab() > hp.n_vocab)
@@ -60,6 +59,11 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& o) {
   impl->kv_config = engine_kv_config(o.kv_type_k, o.kv_type_v);
   const std::unique_ptr<KvCache> kv_shape = impl->make_kv_cache(impl->n_ctx);
   const ExpertPlan plan = plan_experts(*impl->file, o, *kv_shape, impl->n_ctx);
+  const MemoryFacts& f = plan.facts;
+  const uint64_t token_bytes =
+      f.resident_bytes + (f.n_expert > 0 ? f.routed_bytes / f.n_expert * f.n_expert_used : 0);
+  impl->pool = std::make_unique<ThreadPool>(
+      o.n_threads > 0 ? o.n_threads : threads_for_work(default_thread_count(), token_bytes));
   impl->experts = make_expert_store(*impl->file, *impl->model, o, plan);
   impl->model->set_prefetch(o.prefetch && plan.memory.placement == Placement::kStream);
 

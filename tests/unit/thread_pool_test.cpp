@@ -151,6 +151,14 @@ TEST(ThreadPool, PhysicalCoresFromTopology) {
   EXPECT_EQ(physical_cores(root.string(), {0, 4, 9}), 2);
 }
 
+TEST(ThreadPool, SmallModelsDefaultToFewerThreads) {
+  EXPECT_EQ(threads_for_work(2, 5ull << 20), 1);             // the shipped 13 MB model
+  EXPECT_EQ(threads_for_work(2, 400ull << 20), 2);           // 16-layer qwen3-30b-a3b: cores
+  EXPECT_EQ(threads_for_work(8, 3 * kMinBytesPerThread), 3);  // one thread per share of work
+  EXPECT_EQ(threads_for_work(0, 1ull << 30), 1);
+  EXPECT_EQ(threads_for_work(4, 0), 1);
+}
+
 TEST(ThreadPool, CgroupCpuLimit) {
   EXPECT_EQ(cgroup_cpu_limit(""), 0);
   EXPECT_EQ(cgroup_cpu_limit("max 100000\n"), 0);
