@@ -162,6 +162,14 @@ KvCache::KvCache(std::vector<KvLayerShape> layers, int n_ctx, KvCacheConfig conf
     : layout_{std::move(layers), config, n_ctx} {
   if (n_ctx <= 0) fail("context size must be positive, got {}", n_ctx);
   if (config.max_step < 0) fail("internal: negative KV step bound {}", config.max_step);
+  for (int l = 0; l < n_layer(); ++l) {
+    RowGeometry g;
+    g.k_bytes = layout_.k_row_bytes(l);
+    g.v_bytes = layout_.v_row_bytes(l);
+    g.ring = layout_.ring_slots(l);
+    g.v_offset = align_up(static_cast<uint64_t>(g.ring ? g.ring : kBlock) * g.k_bytes);
+    geometry_.push_back(g);
+  }
 }
 
 KvCache::KvCache(int n_ctx) {
@@ -275,15 +283,10 @@ void KvCache::store(int seq, int layer, int pos, const float* k, const float* v)
 
 std::byte* KvCache::row(int seq, int layer, int pos, bool value) const {
   const Seq& s = *seqs_[seq];
-  const uint64_t kb = layout_.k_row_bytes(layer);
-  if (const int ring = layout_.ring_slots(layer)) {
-    std::byte* base = s.blocks[layer][0].get();
-    const int slot = pos % ring;
-    return value ? base + align_up(ring * kb) + slot * layout_.v_row_bytes(layer) : base + slot * kb;
-  }
-  std::byte* block = s.blocks[layer][pos / kBlock].get();
-  const int in_block = pos % kBlock;
-  return value ? block + align_up(kBlock * kb) + in_block * layout_.v_row_bytes(layer) : block + in_block * kb;
+  const RowGeometry& g = geometry_[layer];
+  const int slot = g.ring ? pos % g.ring : pos % kBlock;
+  std::byte* base = s.blocks[layer][g.ring ? 0 : pos / kBlock].get();
+  return value ? base + g.v_offset + slot * g.v_bytes : base + slot * g.k_bytes;
 }
 
 uint64_t KvCache::allocated_bytes() const {
