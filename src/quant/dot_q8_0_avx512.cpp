@@ -5,7 +5,7 @@
 // Q8_0 is the attention, shared-expert and output-head type of 2-bit DeepSeek builds, so its
 // single-row dot is most of a decode step's compute there. The AVX2 kernel handles one 32-value
 // block per step with one float accumulator, which bounds it by the multiply-add latency; here
-// two blocks share one 512-bit vpdpbusd and two accumulators alternate. Per-block integer sums
+// two blocks share one 512-bit vpdpbusd, four blocks make a step and two accumulators alternate. Per-block integer sums
 // are exact; only the order of the float terms differs from the scalar kernel.
 // GCC 12's AVX-512 headers build some intrinsics on _mm512_undefined_*(), which -Wuninitialized
 // reports at every use (GCC bug 105593).
@@ -34,6 +34,12 @@ __m512i load_pair(const BlockQ8_0* b) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
+// The fp16 scales of blocks b[0..3] in the low four 16-bit lanes.
+__m128i scales4(const BlockQ8_0* b) {
+  return _mm_set_epi16(0, 0, 0, 0, static_cast<int16_t>(b[3].d), static_cast<int16_t>(b[2].d),
+                       static_cast<int16_t>(b[1].d), static_cast<int16_t>(b[0].d));
+}
+
 // vpdpbusd multiplies unsigned by signed bytes, so the weight's sign moves onto the activation:
 // |w| · (x with w's sign). |w| ≤ 128 as an unsigned byte and |x| ≤ 127, and four products per
 // 32-bit lane cannot overflow.
@@ -59,6 +65,29 @@ void q8_0_rows(int64_t n, const void* w, const std::byte* x, uint64_t x_stride, 
     acc[t][0] = acc[t][1] = _mm512_setzero_ps();
   }
   int64_t i = 0;
+  // Four blocks per step: their eight fp16 scales (weights', then each row's) are widened by one
+  // conversion and multiplied as one vector, then permuted to the lanes of each block pair,
+  // instead of eight scalar conversions and broadcasts.
+  const __m512i lanes01 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  const __m512i lanes23 = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2);
+  for (; i + 4 <= nb; i += 4) {
+    prefetch_weights(a + i);
+    prefetch_weights(a + i + 2);
+    const __m512i wv0 = load_pair(a + i), wv1 = load_pair(a + i + 2);
+    const __m512i wabs0 = _mm512_abs_epi8(wv0), wabs1 = _mm512_abs_epi8(wv1);
+    const __mmask64 wneg0 = _mm512_movepi8_mask(wv0), wneg1 = _mm512_movepi8_mask(wv1);
+    const __m128 dw = _mm_cvtph_ps(scales4(a + i));
+#pragma GCC unroll 4
+    for (int t = 0; t < NX; ++t) {
+      const __m512 d = _mm512_castps128_ps512(_mm_mul_ps(dw, _mm_cvtph_ps(scales4(b[t] + i))));
+      const __m512i s0 = dot_pair(wabs0, wneg0, load_pair(b[t] + i));
+      const __m512i s1 = dot_pair(wabs1, wneg1, load_pair(b[t] + i + 2));
+      acc[t][0] =
+          _mm512_fmadd_ps(_mm512_permutexvar_ps(lanes01, d), _mm512_cvtepi32_ps(s0), acc[t][0]);
+      acc[t][1] =
+          _mm512_fmadd_ps(_mm512_permutexvar_ps(lanes23, d), _mm512_cvtepi32_ps(s1), acc[t][1]);
+    }
+  }
   int k = 0;
   for (; i + 2 <= nb; i += 2, k ^= 1) {
     prefetch_weights(a + i);

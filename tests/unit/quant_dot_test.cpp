@@ -162,7 +162,7 @@ TEST(VecDot, Avx512MatchesScalar) {
     ASSERT_NE(v.vec_dot, dot_kernels(t, Isa::Avx2).vec_dot) << type_name(t);
     ASSERT_NE(v.vec_dot_multi, nullptr) << type_name(t);
     const int64_t blk = type_traits(t).block_elems;
-    for (int64_t n : {blk, 3 * blk, 2048 / blk * blk, 4096 + blk}) {
+    for (int64_t n : {blk, 3 * blk, 6 * blk, 2048 / blk * blk, 4096 + blk}) {
       const uint64_t stride = row_bytes(v.vec_dot_type, static_cast<uint64_t>(n)) + 48;
       for (int rep = 0; rep < 4; ++rep) {
         auto w = random_row(t, n, rng);
