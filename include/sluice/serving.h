@@ -27,7 +27,7 @@ struct SchedulerOptions {
   int n_parallel = 4;      // sequences decoded together; each owns one KV slot of the engine's n_ctx
   int max_queue = 64;      // requests waiting for a slot; submit() refuses more
   int prefill_chunk = 128;  // prompt tokens evaluated per step, shared by all prefilling requests
-  std::string kv_disk_dir{};  // --kv-disk: evicted prefixes (and idle slots at stop) go to files here
+  std::string kv_disk_dir{};  // --kv-disk: evicted prefixes (and idle slots at stop) go here
   uint64_t kv_disk_max = 0;  // --kv-disk-max: bytes the directory may hold (0: unlimited)
   DraftOptions draft{};     // speculative decoding of every request (requests cannot choose)
 };

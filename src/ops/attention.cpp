@@ -53,8 +53,14 @@ class Attender {
  public:
   Attender(const AttentionParams& p, const KvCache& kv, int layer, const float* q,
            const int32_t* seq, const int32_t* pos)
-      : p_(p), kv_(kv), layer_(layer), q_(q), seq_(seq), pos_(pos),
-        kt_(kv.type_k()), vt_(p.values_in_keys ? kv.type_k() : kv.type_v()),
+      : p_(p),
+        kv_(kv),
+        layer_(layer),
+        q_(q),
+        seq_(seq),
+        pos_(pos),
+        kt_(kv.type_k()),
+        vt_(p.values_in_keys ? kv.type_k() : kv.type_v()),
         tiles_(attention_tiles(kv_storage_type(kt_))),
         kdot_(f32_activation_dot(kv_storage_type(kt_))),
         k_pad_(kv_padded_dim(kt_, p.head_dim_k)),
@@ -77,7 +83,7 @@ class Attender {
     const int h0 = kvh * n_rep_ + c * kMaxDotRows;
     const int32_t last = pos_[t];
     const int32_t first = p_.window > 0 ? std::max<int32_t>(0, last - p_.window + 1) : 0;
-    return {q_ + (t * p_.n_head + h0) * p_.head_dim_k, seq_[t], first, last, h0,
+    return {q_ + (t * p_.n_head + h0) * p_.head_dim_k,       seq_[t], first, last, h0,
             std::min(kMaxDotRows, n_rep_ - c * kMaxDotRows), kvh};
   }
 
@@ -121,8 +127,8 @@ class Attender {
   }
 
   // acc[j * head_dim_v + d] = Σ weights[j * stride + k − k0] · v[k][d] over [k0, k1).
-  void weighted_values(const Tile& tl, int32_t k0, int32_t k1, const float* weights,
-                       int64_t stride, float* acc) const {
+  void weighted_values(const Tile& tl, int32_t k0, int32_t k1, const float* weights, int64_t stride,
+                       float* acc) const {
     std::fill(acc, acc + tl.n_h * p_.head_dim_v, 0.0f);
     const float* rows[kRun];
     if (vt_ != KvType::kF32) t_rows.resize(static_cast<size_t>(kRun) * v_dim_);
@@ -257,7 +263,8 @@ void attention(ThreadPool& pool, const AttentionParams& p, const KvCache& kv, in
       for (int j = 0; j < tl.n_h; ++j) {
         const float sink = at.sink(tl.h0 + j);
         float mx = sink;
-        for (int64_t s = 0; s < n_seg; ++s) mx = std::max(mx, seg_max[(ti * n_seg + s) * kMaxDotRows + j]);
+        for (int64_t s = 0; s < n_seg; ++s)
+          mx = std::max(mx, seg_max[(ti * n_seg + s) * kMaxDotRows + j]);
         float sum = p.sinks ? std::exp(sink - mx) : 0.0f;
         float* o = out_head(tl, ti, j);
         std::fill(o, o + p.head_dim_v, 0.0f);

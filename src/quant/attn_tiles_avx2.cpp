@@ -20,7 +20,9 @@ struct LoadF32 {
   static __m256 load(const std::byte* row, int64_t i) {
     return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + i);
   }
-  static float at(const std::byte* row, int64_t i) { return reinterpret_cast<const float*>(row)[i]; }
+  static float at(const std::byte* row, int64_t i) {
+    return reinterpret_cast<const float*>(row)[i];
+  }
 };
 struct LoadF16 {
   static __m256 load(const std::byte* row, int64_t i) {
@@ -32,7 +34,8 @@ struct LoadF16 {
 };
 struct LoadBf16 {
   static __m256 load(const std::byte* row, int64_t i) {
-    const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * i)));
+    const __m256i h =
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * i)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
   }
   static float at(const std::byte* row, int64_t i) {

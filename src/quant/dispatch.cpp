@@ -228,9 +228,9 @@ DotKernels avx2_kernels(GgmlType weight) {
 
 // The AVX2 set plus the VNNI GEMM for the types that have a GemmFormat, and the AVX-512 dot
 // kernels that beat their AVX2 twins (Q8_0, IQ2_XXS and Q2_K, the dense, routed gate/up and
-// routed down types of 2-bit DeepSeek builds; Q6_K, the usual output head). A type whose dot kernel is missing
-// (dequantize fallback, which reads the float activations) gets its activations converted to the
-// GEMM's format too, so the GEMM can serve its prefill.
+// routed down types of 2-bit DeepSeek builds; Q6_K, the usual output head). A type whose dot kernel
+// is missing (dequantize fallback, which reads the float activations) gets its activations
+// converted to the GEMM's format too, so the GEMM can serve its prefill.
 DotKernels avx512_kernels(GgmlType weight) {
   DotKernels k = avx2_kernels(weight);
   k.gemm = avx512::gemm_kernel(weight);

@@ -36,7 +36,8 @@ namespace {
 // 56 stored bits over the bytes; XOR-folding leaves each byte's parity in its bit 0 (bits shifted
 // in from the next byte land above bit 0 and are masked off).
 uint64_t sign_mask(uint32_t meta0, uint32_t meta1) {
-  const uint64_t fields = (meta0 & 0x0FFFFFFFu) | (static_cast<uint64_t>(meta1 & 0x0FFFFFFFu) << 28);
+  const uint64_t fields =
+      (meta0 & 0x0FFFFFFFu) | (static_cast<uint64_t>(meta1 & 0x0FFFFFFFu) << 28);
   const uint64_t m = _pdep_u64(fields, 0x7F7F7F7F7F7F7F7Full);
   uint64_t p = m ^ (m >> 4);
   p ^= p >> 2;

@@ -44,7 +44,9 @@ __m512i halves16(int lo, int hi) {
 // 16-bit lane i holds base + i / 8: the scale index of each lane's group when the 64 values are
 // four 16-value groups.
 __m512i quarters16(int base) {
-  auto q = [](int v) { return static_cast<long long>(0x0001000100010001ULL * static_cast<unsigned>(v)); };
+  auto q = [](int v) {
+    return static_cast<long long>(0x0001000100010001ULL * static_cast<unsigned>(v));
+  };
   return _mm512_set_epi64(q(base + 3), q(base + 3), q(base + 2), q(base + 2), q(base + 1),
                           q(base + 1), q(base), q(base));
 }
@@ -87,11 +89,9 @@ float vec_dot_q6_K(int64_t n, const void* w, const void* x) {
       const __m512i hi = _mm512_or_si512(
           _mm512_and_si512(_mm512_srli_epi16(ql, 4), low4),
           _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, shift_hi), low2), 4));
-      sumi = _mm512_dpwssd_epi32(sumi,
-                                 _mm512_maddubs_epi16(lo, load512(b[i].qs + 128 * h)),
+      sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(lo, load512(b[i].qs + 128 * h)),
                                  _mm512_permutexvar_epi16(idx[2 * h], sc));
-      sumi = _mm512_dpwssd_epi32(sumi,
-                                 _mm512_maddubs_epi16(hi, load512(b[i].qs + 128 * h + 64)),
+      sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(hi, load512(b[i].qs + 128 * h + 64)),
                                  _mm512_permutexvar_epi16(idx[2 * h + 1], sc));
     }
     acc = _mm512_fmadd_ps(_mm512_set1_ps(dd), _mm512_cvtepi32_ps(sumi), acc);

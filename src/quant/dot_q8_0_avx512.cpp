@@ -5,10 +5,10 @@
 // Q8_0 is the attention, shared-expert and output-head type of 2-bit DeepSeek builds, so its
 // single-row dot is most of a decode step's compute there. The AVX2 kernel handles one 32-value
 // block per step with one float accumulator, which bounds it by the multiply-add latency; here
-// two blocks share one 512-bit vpdpbusd, four blocks make a step and two accumulators alternate. Per-block integer sums
-// are exact; only the order of the float terms differs from the scalar kernel.
-// GCC 12's AVX-512 headers build some intrinsics on _mm512_undefined_*(), which -Wuninitialized
-// reports at every use (GCC bug 105593).
+// two blocks share one 512-bit vpdpbusd, four blocks make a step and two accumulators alternate.
+// Per-block integer sums are exact; only the order of the float terms differs from the scalar
+// kernel. GCC 12's AVX-512 headers build some intrinsics on _mm512_undefined_*(), which
+// -Wuninitialized reports at every use (GCC bug 105593).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"

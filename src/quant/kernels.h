@@ -28,15 +28,20 @@ using VecDotMultiFn = void (*)(int64_t n, const void* w, const void* x, uint64_t
 inline constexpr int kMaxDotRows = 4;
 
 // Calls rows(std::integral_constant<int, NX>{}) with NX = n_x (1..kMaxDotRows): multi-row kernels
-// are templates on the row count, so that each count is unrolled with its accumulators in registers.
+// are templates on the row count, so that each count is unrolled with its accumulators in
+// registers.
 template <class Rows>
 void with_row_count(int n_x, Rows&& rows) {
   static_assert(kMaxDotRows == 4);
   switch (n_x) {
-    case 1: return rows(std::integral_constant<int, 1>{});
-    case 2: return rows(std::integral_constant<int, 2>{});
-    case 3: return rows(std::integral_constant<int, 3>{});
-    default: return rows(std::integral_constant<int, 4>{});
+    case 1:
+      return rows(std::integral_constant<int, 1>{});
+    case 2:
+      return rows(std::integral_constant<int, 2>{});
+    case 3:
+      return rows(std::integral_constant<int, 3>{});
+    default:
+      return rows(std::integral_constant<int, 4>{});
   }
 }
 
@@ -50,8 +55,9 @@ using GemmFn = void (*)(int64_t n, const void* w, uint64_t w_stride, int64_t n_w
 // bf16, dim values) dotted with n_q (1..kMaxDotRows) f32 queries q + t * q_stride into
 // scores[t * s_stride + k]. Value sums: acc[t * acc_stride + d] += Σ_k w[t * w_stride + k] ·
 // v_rows[k][d], keys in order. A row's results never depend on the other rows of its tile.
-using KeyScoresFn = void (*)(int64_t dim, const std::byte* const* k_rows, int n_keys, const float* q,
-                             int64_t q_stride, int n_q, float* scores, int64_t s_stride);
+using KeyScoresFn = void (*)(int64_t dim, const std::byte* const* k_rows, int n_keys,
+                             const float* q, int64_t q_stride, int n_q, float* scores,
+                             int64_t s_stride);
 using ValueSumsFn = void (*)(int64_t dim, const float* const* v_rows, int n_keys, const float* w,
                              int64_t w_stride, int n_q, float* acc, int64_t acc_stride);
 
@@ -183,8 +189,8 @@ void gemm(const GemmFormat& f, int64_t n, const void* w, uint64_t w_stride, int6
           const void* x, uint64_t x_stride, int64_t n_x, float* y, uint64_t y_stride);
 // gemm through the weight type's GemmFormat (quant/gemm.h); null for types without one.
 GemmFn gemm_kernel(GgmlType weight);
-// Decode dot kernels (dot_q8_0_avx512.cpp, dot_iq2_xxs_avx512.cpp, dot_kquants_avx512.cpp); the other
-// types keep their AVX2 kernel.
+// Decode dot kernels (dot_q8_0_avx512.cpp, dot_iq2_xxs_avx512.cpp, dot_kquants_avx512.cpp); the
+// other types keep their AVX2 kernel.
 float vec_dot_q8_0(int64_t n, const void* w, const void* x);
 void vec_dot_q8_0_multi(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x,
                         float* out);

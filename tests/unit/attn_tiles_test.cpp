@@ -67,7 +67,8 @@ TEST(AttentionTiles, KeyScoresMatchScalarAndDoNotDependOnTheTile) {
         for (int n_q = 1; n_q < kMaxDotRows; ++n_q)
           for (int j = 0; j < n_q; ++j) {
             std::vector<float> part(n_keys);
-            simd.key_scores(dim, k.rows.data(), n_keys, q.data() + j * dim, dim, 1, part.data(), n_keys);
+            simd.key_scores(dim, k.rows.data(), n_keys, q.data() + j * dim, dim, 1, part.data(),
+                            n_keys);
             EXPECT_EQ(0, std::memcmp(part.data(), got.data() + j * n_keys, n_keys * sizeof(float)))
                 << type_name(t) << " dim " << dim << " row " << j;
           }
@@ -90,11 +91,14 @@ TEST(AttentionTiles, ValueSumsMatchScalarAndDoNotDependOnTheTile) {
       std::vector<float> want(kMaxDotRows * dim, 0.5f), got(kMaxDotRows * dim, 0.5f);
       ref.value_sums(dim, rows.data(), n_keys, w.data(), n_keys, kMaxDotRows, want.data(), dim);
       simd.value_sums(dim, rows.data(), n_keys, w.data(), n_keys, kMaxDotRows, got.data(), dim);
-      for (int i = 0; i < kMaxDotRows * dim; ++i) EXPECT_NEAR(got[i], want[i], 1e-4) << "dim " << dim;
+      for (int i = 0; i < kMaxDotRows * dim; ++i)
+        EXPECT_NEAR(got[i], want[i], 1e-4) << "dim " << dim;
       for (int j = 0; j < kMaxDotRows; ++j) {
         std::vector<float> part(dim, 0.5f);
-        simd.value_sums(dim, rows.data(), n_keys, w.data() + j * n_keys, n_keys, 1, part.data(), dim);
-        EXPECT_EQ(0, std::memcmp(part.data(), got.data() + j * dim, dim * sizeof(float))) << "dim " << dim;
+        simd.value_sums(dim, rows.data(), n_keys, w.data() + j * n_keys, n_keys, 1, part.data(),
+                        dim);
+        EXPECT_EQ(0, std::memcmp(part.data(), got.data() + j * dim, dim * sizeof(float)))
+            << "dim " << dim;
       }
     }
 }
