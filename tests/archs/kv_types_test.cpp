@@ -158,6 +158,7 @@ TEST(KvTypes, WindowRingEqualsFullLengthWindowedLayers) {
 TEST(KvTypes, PerplexityOfTheShippedModelWithinOnePercent) {
   const std::string model = std::string(SLUICE_SOURCE_DIR) + "/models/sluice-tiny-moe.gguf";
   if (!fs::exists(model)) GTEST_SKIP() << model << " not found";
+  if (!fs::exists(kRef / "prompt2.txt")) GTEST_SKIP() << (kRef / "prompt2.txt") << " not found";
   std::ifstream in(kRef / "prompt2.txt");
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   auto ppl = [&](KvType t) {
