@@ -1,10 +1,15 @@
-// Attention: one work item is a tile — one token and up to kMaxDotRows query heads that share a
-// KV head — claimed dynamically from the pool. Each key row is read once for the tile's heads
-// (the quant/attn_tiles kernels, AVX2 with a scalar twin), and each value row once, dequantized
-// once when stored quantized; scores live in a per-thread buffer sized to the context. fp32
-// throughout with max-subtracted softmax, as the reference engine computes it. A head's result
-// does not depend on the other heads of its tile, nor on how a prefill was cut into chunks, so a
-// resumed session or a pipeline stage reproduces one run exactly.
+// Attention: a tile is one token and up to kMaxDotRows query heads that share a KV head; one work
+// item, claimed dynamically from the pool, is the tiles of up to kMaxBlockTokens consecutive
+// tokens of one sequence (a prefill's block) for the same heads. Keys and values are walked in
+// runs of kRun rows, and each run is used by every token of the block while it sits in L1: a
+// prefill reads each key and value row once per block instead of once per token (and dequantizes
+// a quantized value row once per block). Within a tile each key row is read once for the tile's
+// heads (the quant/attn_tiles kernels, AVX2 with a scalar twin). Scores live in a per-thread
+// buffer sized to the block's span. fp32 throughout with max-subtracted softmax, as the reference
+// engine computes it. A token's scores are per key and its value sums run over its keys in
+// order, whatever the runs, the block or the other heads of its tile, so a head's result does not
+// depend on how a prefill was cut into chunks or blocks: a resumed session or a pipeline stage
+// reproduces one run exactly.
 //
 // When there are fewer tiles than the threads could use (decode, few KV heads) and the context is
 // long, each tile's positions are also split into segments: every segment yields its own maximum,
@@ -34,8 +39,14 @@ namespace {
 constexpr int32_t kMinSegment = 256;
 // Work items per thread to aim for when splitting, so dynamic claiming can balance.
 constexpr int64_t kItemsPerThread = 4;
-// Key rows whose addresses (and dequantized values) are gathered per kernel call.
-constexpr int32_t kRun = 64;
+// Key rows whose addresses (and dequantized values) are gathered per kernel call: 32 f32 rows of
+// 128 dims are 16 KB, which stay in L1 while every token of a block uses them.
+constexpr int32_t kRun = 32;
+// Most tokens per work item: their queries (with kMaxDotRows heads of 128 f32 each, 2 KB a token)
+// and a key run fit L1 together; more tokens would also make fewer items than threads can balance.
+constexpr int64_t kMaxBlockTokens = 8;
+// Scores per thread are (tokens, kMaxDotRows, span) floats; long spans get smaller blocks.
+constexpr int64_t kMaxBlockScores = int64_t{4} << 20;
 
 // One token's query heads [h0, h0 + n_h) of KV head kvh, seeing positions [first, last].
 struct Tile {
@@ -44,8 +55,13 @@ struct Tile {
   int h0, n_h, kvh;
 };
 
-thread_local std::vector<float> t_scores;  // (kMaxDotRows, n_ctx)
-thread_local std::vector<float> t_acc;     // (kMaxDotRows, head_dim_v)
+// Positions [k0, k1) a tile reads; its scores are indexed from k0.
+struct Span {
+  int32_t k0, k1;
+};
+
+thread_local std::vector<float> t_scores;  // (block tokens, kMaxDotRows, span)
+thread_local std::vector<float> t_acc;     // (block tokens, kMaxDotRows, head_dim_v)
 thread_local std::vector<float> t_rows;    // (kRun, v_dim) dequantized value rows
 thread_local std::vector<float> t_qpad;    // one query padded to whole blocks
 
@@ -87,32 +103,46 @@ class Attender {
             std::min(kMaxDotRows, n_rep_ - c * kMaxDotRows), kvh};
   }
 
-  // Scaled q·k of the tile's heads for positions [k0, k1) into scores[j * stride + k − k0];
-  // mx[j] gets head j's maximum (−inf if empty).
-  void scores(const Tile& tl, int32_t k0, int32_t k1, float* scores, int64_t stride,
+  // Scaled q·k of the heads of tiles tl[0..nb), which share a sequence and KV head, for positions
+  // sp[b] into scores[(b * kMaxDotRows + j) * stride + k − sp[b].k0]; mx[b * kMaxDotRows + j]
+  // gets the head's maximum (−inf if empty).
+  void scores(const Tile* tl, const Span* sp, int nb, float* scores, int64_t stride,
               float* mx) const {
-    const std::byte* rows[kRun];
-    for (int32_t a = k0; a < k1; a += kRun) {
-      const int n = std::min(kRun, k1 - a);
-      for (int i = 0; i < n; ++i) rows[i] = kv_.k_row(tl.seq, layer_, a + i) + tl.kvh * k_head_;
-      if (tiles_.key_scores && k_pad_ == p_.head_dim_k) {
-        tiles_.key_scores(p_.head_dim_k, rows, n, tl.q, p_.head_dim_k, tl.n_h, scores + (a - k0),
-                          stride);
-      } else {
-        for (int j = 0; j < tl.n_h; ++j) {
-          const float* q = query(tl.q + j * p_.head_dim_k);
-          for (int i = 0; i < n; ++i) scores[j * stride + a - k0 + i] = kdot_(k_pad_, rows[i], q);
+    const int64_t tile_stride = kMaxDotRows * stride;
+    if (tiles_.key_scores && k_pad_ == p_.head_dim_k) {
+      int32_t lo = sp[0].k0, hi = sp[0].k1;
+      for (int b = 1; b < nb; ++b) lo = std::min(lo, sp[b].k0), hi = std::max(hi, sp[b].k1);
+      const std::byte* rows[kRun];
+      for (int32_t a = lo; a < hi; a += kRun) {
+        const int n = std::min(kRun, hi - a);
+        for (int i = 0; i < n; ++i) rows[i] = kv_.k_row(tl[0].seq, layer_, a + i) + tl[0].kvh * k_head_;
+        for (int b = 0; b < nb; ++b) {
+          const int32_t s = std::max(a, sp[b].k0), e = std::min(a + n, sp[b].k1);
+          if (s >= e) continue;
+          tiles_.key_scores(p_.head_dim_k, rows + (s - a), e - s, tl[b].q, p_.head_dim_k, tl[b].n_h,
+                            scores + b * tile_stride + (s - sp[b].k0), stride);
+        }
+      }
+    } else {
+      for (int b = 0; b < nb; ++b) {
+        for (int j = 0; j < tl[b].n_h; ++j) {
+          const float* q = query(tl[b].q + j * p_.head_dim_k);
+          float* out = scores + b * tile_stride + j * stride - sp[b].k0;
+          for (int32_t k = sp[b].k0; k < sp[b].k1; ++k)
+            out[k] = kdot_(k_pad_, kv_.k_row(tl[b].seq, layer_, k) + tl[b].kvh * k_head_, q);
         }
       }
     }
-    for (int j = 0; j < tl.n_h; ++j) {
-      float m = -INFINITY;
-      float* s = scores + j * stride;
-      for (int32_t i = 0; i < k1 - k0; ++i) {
-        s[i] *= p_.scale;
-        m = std::max(m, s[i]);
+    for (int b = 0; b < nb; ++b) {
+      for (int j = 0; j < tl[b].n_h; ++j) {
+        float m = -INFINITY;
+        float* s = scores + b * tile_stride + j * stride;
+        for (int32_t i = 0; i < sp[b].k1 - sp[b].k0; ++i) {
+          s[i] *= p_.scale;
+          m = std::max(m, s[i]);
+        }
+        mx[b * kMaxDotRows + j] = m;
       }
-      mx[j] = m;
     }
   }
 
@@ -126,18 +156,26 @@ class Attender {
     return sum;
   }
 
-  // acc[j * head_dim_v + d] = Σ weights[j * stride + k − k0] · v[k][d] over [k0, k1).
-  void weighted_values(const Tile& tl, int32_t k0, int32_t k1, const float* weights, int64_t stride,
+  // acc[(b * kMaxDotRows + j) * head_dim_v + d] = Σ weights[(b * kMaxDotRows + j) * stride + k −
+  // sp[b].k0] · v[k][d] over the positions of sp[b], for the tiles tl[0..nb) of one sequence and
+  // KV head; each value row is loaded (and dequantized) once for all of them.
+  void weighted_values(const Tile* tl, const Span* sp, int nb, const float* weights, int64_t stride,
                        float* acc) const {
-    std::fill(acc, acc + tl.n_h * p_.head_dim_v, 0.0f);
+    const int64_t tile_stride = kMaxDotRows * stride;
+    const int64_t acc_stride = int64_t{kMaxDotRows} * p_.head_dim_v;
+    int32_t lo = sp[0].k0, hi = sp[0].k1;
+    for (int b = 0; b < nb; ++b) {
+      std::fill(acc + b * acc_stride, acc + b * acc_stride + tl[b].n_h * p_.head_dim_v, 0.0f);
+      lo = std::min(lo, sp[b].k0), hi = std::max(hi, sp[b].k1);
+    }
     const float* rows[kRun];
     if (vt_ != KvType::kF32) t_rows.resize(static_cast<size_t>(kRun) * v_dim_);
-    for (int32_t a = k0; a < k1; a += kRun) {
-      const int n = std::min(kRun, k1 - a);
+    for (int32_t a = lo; a < hi; a += kRun) {
+      const int n = std::min(kRun, hi - a);
       for (int i = 0; i < n; ++i) {
-        const std::byte* raw = (p_.values_in_keys ? kv_.k_row(tl.seq, layer_, a + i)
-                                                  : kv_.v_row(tl.seq, layer_, a + i)) +
-                               tl.kvh * v_head_;
+        const std::byte* raw = (p_.values_in_keys ? kv_.k_row(tl[0].seq, layer_, a + i)
+                                                  : kv_.v_row(tl[0].seq, layer_, a + i)) +
+                               tl[0].kvh * v_head_;
         if (vt_ == KvType::kF32) {
           rows[i] = reinterpret_cast<const float*>(raw);
         } else {
@@ -146,8 +184,13 @@ class Attender {
           rows[i] = row;
         }
       }
-      tiles_.value_sums(p_.head_dim_v, rows, n, weights + (a - k0), stride, tl.n_h, acc,
-                        p_.head_dim_v);
+      for (int b = 0; b < nb; ++b) {
+        const int32_t s = std::max(a, sp[b].k0), e = std::min(a + n, sp[b].k1);
+        if (s >= e) continue;
+        tiles_.value_sums(p_.head_dim_v, rows + (s - a), e - s,
+                          weights + b * tile_stride + (s - sp[b].k0), stride, tl[b].n_h,
+                          acc + b * acc_stride, p_.head_dim_v);
+      }
     }
   }
 
@@ -207,26 +250,53 @@ void attention(ThreadPool& pool, const AttentionParams& p, const KvCache& kv, in
   };
 
   if (n_seg == 1) {
-    pool.parallel_for(n_tiles, [&](int64_t begin, int64_t end) {
-      const int64_t stride = kv.n_ctx();
-      float* scores = scores_buffer(static_cast<size_t>(kMaxDotRows * stride));
-      t_acc.resize(static_cast<size_t>(kMaxDotRows) * p.head_dim_v);
+    // Blocks: runs of consecutive tokens of one sequence, as many as keep the items plentiful and
+    // the scores buffer bounded.
+    const int64_t tpt = at.tiles_per_token();
+    const int64_t by_items = std::max<int64_t>(1, n_tiles / want_items);
+    const int64_t by_memory =
+        std::max<int64_t>(1, kMaxBlockScores / (int64_t{kMaxDotRows} * std::max(max_span, 1)));
+    const int64_t block_cap = std::min({kMaxBlockTokens, by_items, by_memory});
+    std::vector<int64_t> block_start{0};
+    for (int64_t t = 1; t < n_tok; ++t) {
+      if (seq[t] != seq[t - 1] || t - block_start.back() == block_cap) block_start.push_back(t);
+    }
+    block_start.push_back(n_tok);
+    const auto n_blocks = static_cast<int64_t>(block_start.size()) - 1;
+    pool.parallel_for(n_blocks * tpt, [&](int64_t begin, int64_t end) {
+      Tile tl[kMaxBlockTokens];
+      Span sp[kMaxBlockTokens];
+      float mx[kMaxBlockTokens * kMaxDotRows], sum[kMaxBlockTokens * kMaxDotRows];
       for (int64_t it = begin; it < end; ++it) {
-        const Tile tl = at.tile(it);
-        const int32_t n = tl.last - tl.first + 1;
-        float mx[kMaxDotRows], sum[kMaxDotRows];
-        at.scores(tl, tl.first, tl.last + 1, scores, stride, mx);
-        for (int j = 0; j < tl.n_h; ++j) {
-          const float sink = at.sink(tl.h0 + j);
-          mx[j] = std::max(mx[j], sink);
-          sum[j] = Attender::exponentiate(scores + j * stride, n, mx[j],
-                                          p.sinks ? std::exp(sink - mx[j]) : 0.0f);
+        const int64_t t0 = block_start[it / tpt], r = it % tpt;
+        const int nb = static_cast<int>(block_start[it / tpt + 1] - t0);
+        int32_t lo = INT32_MAX, hi = 0;
+        for (int b = 0; b < nb; ++b) {
+          tl[b] = at.tile((t0 + b) * tpt + r);
+          sp[b] = {tl[b].first, tl[b].last + 1};
+          lo = std::min(lo, sp[b].k0), hi = std::max(hi, sp[b].k1);
         }
-        at.weighted_values(tl, tl.first, tl.last + 1, scores, stride, t_acc.data());
-        for (int j = 0; j < tl.n_h; ++j) {
-          float* o = out_head(tl, it, j);
-          const float inv = 1.0f / sum[j];
-          for (int d = 0; d < p.head_dim_v; ++d) o[d] = t_acc[j * p.head_dim_v + d] * inv;
+        const int64_t stride = hi - lo;
+        float* scores = scores_buffer(static_cast<size_t>(nb * kMaxDotRows * stride));
+        t_acc.resize(static_cast<size_t>(nb * kMaxDotRows) * p.head_dim_v);
+        at.scores(tl, sp, nb, scores, stride, mx);
+        for (int b = 0; b < nb; ++b) {
+          for (int j = 0; j < tl[b].n_h; ++j) {
+            const float sink = at.sink(tl[b].h0 + j);
+            const int m = b * kMaxDotRows + j;
+            mx[m] = std::max(mx[m], sink);
+            sum[m] = Attender::exponentiate(scores + m * stride, sp[b].k1 - sp[b].k0, mx[m],
+                                            p.sinks ? std::exp(sink - mx[m]) : 0.0f);
+          }
+        }
+        at.weighted_values(tl, sp, nb, scores, stride, t_acc.data());
+        for (int b = 0; b < nb; ++b) {
+          for (int j = 0; j < tl[b].n_h; ++j) {
+            float* o = out + ((t0 + b) * p.n_head + tl[b].h0 + j) * p.head_dim_v;
+            const float* acc = t_acc.data() + (b * kMaxDotRows + j) * p.head_dim_v;
+            const float inv = 1.0f / sum[b * kMaxDotRows + j];
+            for (int d = 0; d < p.head_dim_v; ++d) o[d] = acc[d] * inv;
+          }
         }
       }
     });
@@ -248,12 +318,13 @@ void attention(ThreadPool& pool, const AttentionParams& p, const KvCache& kv, in
       const auto k1 = static_cast<int32_t>(tl.first + span * (s + 1) / n_seg);
       const int64_t stride = std::max<int32_t>(1, k1 - k0);
       float* scores = scores_buffer(static_cast<size_t>(kMaxDotRows * stride));
-      at.scores(tl, k0, k1, scores, stride, seg_max.data() + it * kMaxDotRows);
+      const Span sp{k0, k1};
+      at.scores(&tl, &sp, 1, scores, stride, seg_max.data() + it * kMaxDotRows);
       for (int j = 0; j < tl.n_h; ++j) {
         const int64_t slot = it * kMaxDotRows + j;
         seg_sum[slot] = Attender::exponentiate(scores + j * stride, k1 - k0, seg_max[slot], 0.0f);
       }
-      at.weighted_values(tl, k0, k1, scores, stride,
+      at.weighted_values(&tl, &sp, 1, scores, stride,
                          seg_acc.data() + it * kMaxDotRows * p.head_dim_v);
     }
   });
