@@ -252,6 +252,78 @@ void pack_tile(const GemmFormat& f, const std::byte* w, uint64_t w_stride, int n
   }
 }
 
+// Q4_K tiles packed straight from the blocks, the same bytes and floats pack_tile<8, true> writes
+// through unpack_q4_K: the nibbles of sixteen rows are transposed as they are stored (a dword of
+// quant bytes holds four values of one 32-value group in its low nibbles and four of the next
+// group in its high ones), and the scales and minimums of all sixteen rows are decoded side by
+// side from their gathered block headers. Expert batches of a few dozen tokens spent as long
+// unpacking row by row into a staging tile and transposing it as multiplying. A lane past
+// n_rows repeats the last row; the kernel's masked store drops it.
+void pack_tile_q4_K(const GemmFormat&, const std::byte* w, uint64_t w_stride, int n_rows,
+                    int64_t n_units, int, std::byte* out) {
+  alignas(64) int32_t offsets[kTileRows];
+  for (int r = 0; r < kTileRows; ++r)
+    offsets[r] = static_cast<int32_t>(static_cast<uint64_t>(std::min(r, n_rows - 1)) * w_stride);
+  const __m512i row_off = _mm512_load_si512(offsets);
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  const __m512i low6 = _mm512_set1_epi8(0x3F);
+  const __m512i top2 = _mm512_set1_epi8(0x30);
+  const __m512i byte = _mm512_set1_epi32(0xFF);
+  for (int64_t un = 0; un < n_units; ++un, out += unit_bytes(8, true)) {
+    const std::byte* blocks = w + un * sizeof(BlockQ4K);
+    const __m512i head = _mm512_i32gather_epi32(row_off, blocks, 1);
+    const __m512i w0 = _mm512_i32gather_epi32(row_off, blocks + 4, 1);
+    const __m512i w1 = _mm512_i32gather_epi32(row_off, blocks + 8, 1);
+    const __m512i w2 = _mm512_i32gather_epi32(row_off, blocks + 12, 1);
+    const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(head));
+    const __m512 dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(head, 16)));
+    // Bytes g of these hold the six-bit scale (minimum) of sub-block g, and of g + 4 (see
+    // unpack_q4_K).
+    const __m512i sc_lo = _mm512_and_si512(w0, low6);
+    const __m512i m_lo = _mm512_and_si512(w1, low6);
+    const __m512i sc_hi = _mm512_or_si512(_mm512_and_si512(w2, low4),
+                                          _mm512_and_si512(_mm512_srli_epi32(w0, 2), top2));
+    const __m512i m_hi =
+        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w2, 4), low4),
+                        _mm512_and_si512(_mm512_srli_epi32(w1, 2), top2));
+    auto* scale = reinterpret_cast<float*>(out + kGemmUnit * kTileRows);
+    float* bias = scale + 8 * kTileRows;
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g) {
+      auto nth = [&](__m512i v) {
+        return _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(v, 8 * g), byte));
+      };
+      _mm512_store_ps(scale + g * kTileRows, _mm512_mul_ps(nth(sc_lo), d));
+      _mm512_store_ps(scale + (g + 4) * kTileRows, _mm512_mul_ps(nth(sc_hi), d));
+      _mm512_store_ps(bias + g * kTileRows, _mm512_mul_ps(nth(m_lo), dmin));
+      _mm512_store_ps(bias + (g + 4) * kTileRows, _mm512_mul_ps(nth(m_hi), dmin));
+    }
+    // Quant bytes 64h..64h+63 of each row are chunks c = 2h and 2h + 1: after the transpose,
+    // v[m] is dword m of them for all rows; its low nibbles are values 64c + 4m'..+3 and its high
+    // nibbles values 64c + 32 + 4m'..+3 (m' = m mod 8), i.e. interleaved vectors 16c + m' and
+    // 16c + 8 + m'.
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      __m512i v[16];
+#pragma GCC unroll 16
+      for (int r = 0; r < kTileRows; ++r) {
+        v[r] = _mm512_loadu_si512(blocks + offsets[r] + offsetof(BlockQ4K, qs) + 64 * h);
+      }
+      transpose16(v);
+#pragma GCC unroll 16
+      for (int m = 0; m < 16; ++m) {
+        const int k = 32 * h + 16 * (m / 8) + m % 8;
+        _mm512_store_si512(out + k * 64, _mm512_and_si512(v[m], low4));
+        _mm512_store_si512(out + (k + 8) * 64, _mm512_and_si512(_mm512_srli_epi32(v[m], 4), low4));
+      }
+    }
+  }
+}
+
+// Packs one tile: pack_tile for any format, or a format's direct packer.
+using PackTileFn = void (*)(const GemmFormat& f, const std::byte* w, uint64_t w_stride, int n_rows,
+                            int64_t n_units, int last_groups, std::byte* out);
+
 // Per activation row, what the kernel needs beside the 8-bit values: the block scale (per unit
 // for Q8_K, per 32-value block for Q8_0), -offset * group sum (the integer start of each group's
 // sum) and, for formats with a bias, the group sum as a float.
@@ -386,7 +458,7 @@ void tile_tail(int n_cols, const std::byte* packed, int64_t n_units, int last_gr
 }
 
 template <bool kAct32, int kGV, bool kBias>
-void gemm_impl(const GemmFormat& f, int64_t n, const std::byte* w, uint64_t w_stride, int64_t n_w,
+void gemm_impl(const GemmFormat& f, PackTileFn pack, int64_t n, const std::byte* w, uint64_t w_stride, int64_t n_w,
                const std::byte* x, uint64_t x_stride, int64_t n_x, float* y, uint64_t y_stride) {
   constexpr int kGroups = kGemmUnit / kGV;
   const int64_t n_units = (n + kGemmUnit - 1) / kGemmUnit;
@@ -410,7 +482,7 @@ void gemm_impl(const GemmFormat& f, int64_t n, const std::byte* w, uint64_t w_st
   std::byte* packed = t_packed.get(n_units * unit_bytes(kGroups, kBias));
   for (int64_t r0 = 0; r0 < n_w; r0 += kTileRows) {
     const int rows = static_cast<int>(std::min<int64_t>(kTileRows, n_w - r0));
-    pack_tile<kGroups, kBias>(f, w + r0 * w_stride, w_stride, rows, n_units, last_groups, packed);
+    pack(f, w + r0 * w_stride, w_stride, rows, n_units, last_groups, packed);
     // The next tile's rows are fetched into L2 while this one is multiplied: weights of a large
     // or freshly loaded matrix come from DRAM, and unpacking would otherwise wait on each line.
     const int64_t next_rows = std::min<int64_t>(kTileRows, n_w - r0 - kTileRows);
@@ -439,17 +511,27 @@ void gemm(const GemmFormat& f, int64_t n, const void* w, uint64_t w_stride, int6
   const auto* wb = static_cast<const std::byte*>(w);
   const auto* xb = static_cast<const std::byte*>(x);
   if (f.act_type == GgmlType::Q8_0 && f.group_values == 32 && !f.has_bias) {
-    return gemm_impl<true, 32, false>(f, n, wb, w_stride, n_w, xb, x_stride, n_x, y, y_stride);
+    return gemm_impl<true, 32, false>(f, pack_tile<8, false>, n, wb, w_stride, n_w, xb, x_stride,
+                                      n_x, y, y_stride);
   }
   if (f.act_type == GgmlType::Q8_K && n % kGemmUnit == 0) {
+    // The direct Q4_K packer gathers headers with 32-bit offsets of up to 15 rows.
+    if (f.unpack == unpack_q4_K && w_stride * kTileRows < (uint64_t{1} << 31)) {
+      return gemm_impl<false, 32, true>(f, pack_tile_q4_K, n, wb, w_stride, n_w, xb, x_stride, n_x,
+                                        y, y_stride);
+    }
     if (f.group_values == 32 && f.has_bias)
-      return gemm_impl<false, 32, true>(f, n, wb, w_stride, n_w, xb, x_stride, n_x, y, y_stride);
+      return gemm_impl<false, 32, true>(f, pack_tile<8, true>, n, wb, w_stride, n_w, xb, x_stride,
+                                        n_x, y, y_stride);
     if (f.group_values == 32)
-      return gemm_impl<false, 32, false>(f, n, wb, w_stride, n_w, xb, x_stride, n_x, y, y_stride);
+      return gemm_impl<false, 32, false>(f, pack_tile<8, false>, n, wb, w_stride, n_w, xb,
+                                         x_stride, n_x, y, y_stride);
     if (f.group_values == 16 && f.has_bias)
-      return gemm_impl<false, 16, true>(f, n, wb, w_stride, n_w, xb, x_stride, n_x, y, y_stride);
+      return gemm_impl<false, 16, true>(f, pack_tile<16, true>, n, wb, w_stride, n_w, xb, x_stride,
+                                        n_x, y, y_stride);
     if (f.group_values == 16)
-      return gemm_impl<false, 16, false>(f, n, wb, w_stride, n_w, xb, x_stride, n_x, y, y_stride);
+      return gemm_impl<false, 16, false>(f, pack_tile<16, false>, n, wb, w_stride, n_w, xb,
+                                         x_stride, n_x, y, y_stride);
   }
   fail("gemm: unsupported format (activations {}, {}-value groups, bias {}, n {})",
        type_name(f.act_type), f.group_values, f.has_bias, n);

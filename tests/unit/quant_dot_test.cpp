@@ -372,6 +372,36 @@ TEST(VecDotMulti, MatchesScalarPerRow) {
   }
 }
 
+// The AVX-512 multi-row f32/f16 dots give each row exactly the AVX2 single-row kernel's result
+// (so routing does not change between a prefilled and a decoded token), for lengths with and
+// without the eight-value and scalar tails.
+TEST(VecDotMulti, Avx512FloatRowsEqualAvx2SingleRows) {
+  if (!cpu_has_avx512()) GTEST_SKIP() << "CPU lacks AVX-512 F/BW/VL/VNNI";
+  std::mt19937 rng(22);
+  for (GgmlType t : {GgmlType::F32, GgmlType::F16}) {
+    const DotKernels single = dot_kernels(t, Isa::Avx2);
+    const DotKernels multi = dot_kernels(t, Isa::Avx512);
+    ASSERT_NE(multi.vec_dot_multi, nullptr) << type_name(t);
+    for (int64_t n : {40, 2048, 2056, 2061}) {
+      const uint64_t stride = static_cast<uint64_t>(n) * sizeof(float) + 64;
+      for (int n_x = 1; n_x <= kMaxDotRows; ++n_x) {
+        const auto w = random_row(t, n, rng);
+        std::vector<uint8_t> x(stride * n_x);
+        for (int k = 0; k < n_x; ++k) {
+          const auto xf = random_activations(n, rng);
+          std::memcpy(x.data() + k * stride, xf.data(), n * sizeof(float));
+        }
+        float out[kMaxDotRows];
+        multi.vec_dot_multi(n, w.data(), x.data(), stride, n_x, out);
+        for (int k = 0; k < n_x; ++k) {
+          EXPECT_EQ(out[k], single.vec_dot(n, w.data(), x.data() + k * stride))
+              << type_name(t) << " n " << n << " n_x " << n_x << " row " << k;
+        }
+      }
+    }
+  }
+}
+
 const GgmlType kGemmTypes[] = {
     GgmlType::Q4_K,    GgmlType::Q5_K,   GgmlType::Q6_K,  GgmlType::Q2_K,  GgmlType::Q3_K,
     GgmlType::IQ4_XS,  GgmlType::Q8_0,   GgmlType::MXFP4, GgmlType::IQ2_XXS, GgmlType::IQ2_XS,
@@ -456,6 +486,37 @@ TEST(Gemm, Avx512UnpackersMatchPortable) {
         EXPECT_EQ(0, std::memcmp(b0, b1, sizeof b0)) << type_name(t) << " unit " << unit;
       }
     }
+  }
+}
+
+// Q4_K tiles packed straight from the blocks (the AVX-512 unpacker selects that packer) give the
+// same outputs, bit for bit, as tiles unpacked row by row through the portable unpacker, for
+// whole and partial tiles (missing rows repeat a real one there, are zeros here).
+TEST(Gemm, DirectQ4KPackEqualsRowByRowPack) {
+  if (!cpu_has_avx512()) GTEST_SKIP() << "CPU lacks AVX-512 F/BW/VL/VNNI";
+  std::mt19937 rng(35);
+  const GemmFormat direct{*gemm_format(GgmlType::Q4_K)};
+  ASSERT_EQ(direct.act_type, GgmlType::Q8_K);
+  GemmFormat fast = direct, portable = direct;
+  fast.unpack = avx512::gemm_unpacker(GgmlType::Q4_K);
+  portable.unpack = gemm_unpack::q4_K;
+  const DotKernels v = dot_kernels(GgmlType::Q4_K, Isa::Avx512);
+  const int64_t n = 1024;
+  for (int64_t n_w : {1, 7, 16, 37}) {
+    const uint64_t w_stride = row_bytes(GgmlType::Q4_K, n) + 32;
+    const uint64_t x_stride = row_bytes(GgmlType::Q8_K, n);
+    const int64_t n_x = 11;
+    std::vector<uint8_t> w(w_stride * n_w), xq(x_stride * n_x);
+    for (int64_t r = 0; r < n_w; ++r) {
+      const auto row = random_row(GgmlType::Q4_K, n, rng);
+      std::memcpy(w.data() + r * w_stride, row.data(), row.size());
+    }
+    for (int64_t c = 0; c < n_x; ++c)
+      v.quantize(random_activations(n, rng).data(), xq.data() + c * x_stride, n);
+    std::vector<float> y0(n_w * n_x), y1(n_w * n_x);
+    avx512::gemm(portable, n, w.data(), w_stride, n_w, xq.data(), x_stride, n_x, y0.data(), n_w);
+    avx512::gemm(fast, n, w.data(), w_stride, n_w, xq.data(), x_stride, n_x, y1.data(), n_w);
+    EXPECT_EQ(0, std::memcmp(y0.data(), y1.data(), y0.size() * sizeof(float))) << "n_w " << n_w;
   }
 }
 
