@@ -226,7 +226,8 @@ DotKernels avx2_kernels(GgmlType weight) {
   return k;
 }
 
-// The AVX2 set plus the VNNI GEMM for the types that have a GemmFormat, and the AVX-512 dot
+// The AVX2 set plus the VNNI GEMM for the types that have a GemmFormat, multi-row f32/f16 dots
+// (the router's prefill) equal to the AVX2 single-row ones, and the AVX-512 dot
 // kernels that beat their AVX2 twins (Q8_0, IQ2_XXS and Q2_K, the dense, routed gate/up and
 // routed down types of 2-bit DeepSeek builds; Q6_K, the usual output head). A type whose dot kernel
 // is missing (dequantize fallback, which reads the float activations) gets its activations
@@ -246,6 +247,8 @@ DotKernels avx512_kernels(GgmlType weight) {
     k.vec_dot_multi = avx512::vec_dot_iq2_xxs_multi;
   }
   if (weight == GgmlType::Q6_K) k.vec_dot = avx512::vec_dot_q6_K;
+  if (weight == GgmlType::F32) k.vec_dot_multi = avx512::vec_dot_f32_multi;
+  if (weight == GgmlType::F16) k.vec_dot_multi = avx512::vec_dot_f16_multi;
   if (weight == GgmlType::Q2_K) {
     k.vec_dot = avx512::vec_dot_q2_K;
     k.vec_dot_multi = avx512::vec_dot_q2_K_multi;

@@ -201,6 +201,12 @@ float vec_dot_q6_K(int64_t n, const void* w, const void* x);
 float vec_dot_q2_K(int64_t n, const void* w, const void* x);
 void vec_dot_q2_K_multi(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x,
                         float* out);
+// f32 and f16 weights with f32 activations (dot_float_avx512.cpp): each row's result equals
+// avx2::vec_dot_f32 / vec_dot_f16 exactly.
+void vec_dot_f32_multi(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x,
+                       float* out);
+void vec_dot_f16_multi(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x,
+                       float* out);
 }  // namespace avx512
 
 }  // namespace sluice
