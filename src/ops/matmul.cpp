@@ -48,21 +48,25 @@ thread_local Scratch t_activations;
 thread_local bool t_exact_rows = false;
 thread_local Scratch t_dequant_row;
 
-struct Job {
-  const MatView* w;  // w[0..n_mats): same type and row length, one input
-  float* const* ys;  // ys[m]: the output of w[m]
-  int n_mats = 1;
+// One matrix of a job: its weights, output, kernels, converted activations and how its rows and
+// tokens are cut into parts. A matrix is cut as a call for it alone would cut it, so each output
+// comes from the same kernel (GEMM or dot) as it would alone; first_part numbers its parts
+// within the job.
+struct Mat {
+  const MatView* w = nullptr;
+  float* y = nullptr;
   DotKernels k;
-  const std::byte* xq;  // activation rows in k.vec_dot_type (or x itself for F32)
-  uint64_t xq_stride;
-  const float* x;
-  int64_t n_tokens;
-  // Per matrix: its rows and tokens cut as a call for it alone would cut them, so each output
-  // comes from the same kernel (GEMM or dot) as it would alone; first_part[m] numbers them.
-  static constexpr int kMaxMats = 2;
-  int64_t row_parts[kMaxMats];
-  int64_t token_parts[kMaxMats];
-  int64_t first_part[kMaxMats + 1];
+  const float* x = nullptr;
+  const std::byte* xq = nullptr;  // activation rows in k.vec_dot_type (or x itself for F32)
+  uint64_t xq_stride = 0;
+  int64_t n_tokens = 0;
+  int64_t row_parts = 0, token_parts = 0, first_part = 0;
+};
+
+struct Job {
+  Mat* mats = nullptr;
+  int n_mats = 0;
+  int64_t n_parts = 0;
   int64_t dot_rows = kMaxDotRows;  // tokens per vec_dot_multi call (1 for ExactRows)
   // Parts are claimed from a shared counter rather than assigned one per thread: a thread that
   // the OS deschedules (an oversubscribed machine, a server's other threads) delays only the
@@ -79,19 +83,20 @@ struct Job {
   }
 };
 
-void run_range(const Job& job, int m, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
-  const MatView& w = job.w[m];
-  float* const y = job.ys[m];
+void run_range(const Job& job, const Mat& mat, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+  const MatView& w = *mat.w;
+  float* const y = mat.y;
+  const DotKernels& k = mat.k;
   // Types without a dot kernel take the GEMM at any token count: it is faster than dequantizing,
   // and their activations are then in one format whatever the batch size.
-  if (job.k.gemm && (t1 - t0 >= job.k.min_gemm_tokens || !job.k.vec_dot)) {
-    job.k.gemm(w.n_in, w.data + static_cast<uint64_t>(r0) * w.row_stride, w.row_stride, r1 - r0,
-               job.xq + static_cast<uint64_t>(t0) * job.xq_stride, job.xq_stride, t1 - t0,
-               y + t0 * w.n_out + r0, static_cast<uint64_t>(w.n_out));
+  if (k.gemm && (t1 - t0 >= k.min_gemm_tokens || !k.vec_dot)) {
+    k.gemm(w.n_in, w.data + static_cast<uint64_t>(r0) * w.row_stride, w.row_stride, r1 - r0,
+           mat.xq + static_cast<uint64_t>(t0) * mat.xq_stride, mat.xq_stride, t1 - t0,
+           y + t0 * w.n_out + r0, static_cast<uint64_t>(w.n_out));
     return;
   }
   float* row_buf = nullptr;
-  if (!job.k.vec_dot) {
+  if (!k.vec_dot) {
     row_buf =
         reinterpret_cast<float*>(t_dequant_row.get(static_cast<size_t>(w.n_in) * sizeof(float)));
   }
@@ -102,22 +107,22 @@ void run_range(const Job& job, int m, int64_t r0, int64_t r1, int64_t t0, int64_
       float* yr = y + r;
       // A lone token takes the single-row kernel, which for some types (Q6_K) is a faster set's;
       // so do ExactRows calls (dot_rows 1), whose rows must equal such lone-token calls.
-      if (job.k.vec_dot_multi && (!job.k.vec_dot || (job.dot_rows > 1 && te - tt > 1))) {
+      if (k.vec_dot_multi && (!k.vec_dot || (job.dot_rows > 1 && te - tt > 1))) {
         for (int64_t t = tt; t < te; t += job.dot_rows) {
           const int n_x = static_cast<int>(std::min<int64_t>(job.dot_rows, te - t));
           float out[kMaxDotRows];
-          job.k.vec_dot_multi(w.n_in, wrow, job.xq + static_cast<uint64_t>(t) * job.xq_stride,
-                              job.xq_stride, n_x, out);
-          for (int k = 0; k < n_x; ++k) yr[(t + k) * w.n_out] = out[k];
+          k.vec_dot_multi(w.n_in, wrow, mat.xq + static_cast<uint64_t>(t) * mat.xq_stride,
+                          mat.xq_stride, n_x, out);
+          for (int j = 0; j < n_x; ++j) yr[(t + j) * w.n_out] = out[j];
         }
-      } else if (job.k.vec_dot) {
-        const std::byte* xr = job.xq + static_cast<uint64_t>(tt) * job.xq_stride;
-        for (int64_t t = tt; t < te; ++t, xr += job.xq_stride)
-          yr[t * w.n_out] = job.k.vec_dot(w.n_in, wrow, xr);
+      } else if (k.vec_dot) {
+        const std::byte* xr = mat.xq + static_cast<uint64_t>(tt) * mat.xq_stride;
+        for (int64_t t = tt; t < te; ++t, xr += mat.xq_stride)
+          yr[t * w.n_out] = k.vec_dot(w.n_in, wrow, xr);
       } else {
         dequantize_row(w.type, wrow, row_buf, w.n_in);
         for (int64_t t = tt; t < te; ++t)
-          yr[t * w.n_out] = job.k.f32_dot(w.n_in, row_buf, job.x + t * w.n_in);
+          yr[t * w.n_out] = k.f32_dot(w.n_in, row_buf, mat.x + t * w.n_in);
       }
     }
   }
@@ -125,41 +130,42 @@ void run_range(const Job& job, int m, int64_t r0, int64_t r1, int64_t t0, int64_
 
 void run_parts(Job& job) {
   try {
-    const int64_t n_parts = job.first_part[job.n_mats];
-    for (int64_t part; (part = job.next_part.fetch_add(1, std::memory_order_relaxed)) < n_parts;) {
+    for (int64_t part; (part = job.next_part.fetch_add(1, std::memory_order_relaxed)) < job.n_parts;) {
       int m = 0;
-      while (part >= job.first_part[m + 1]) ++m;
-      const int64_t rps = job.row_parts[m], tps = job.token_parts[m];
-      const int64_t rp = (part - job.first_part[m]) % rps;
-      const int64_t tp = (part - job.first_part[m]) / rps;
-      const int64_t n_out = job.w[m].n_out;
-      run_range(job, m, n_out * rp / rps, n_out * (rp + 1) / rps, job.n_tokens * tp / tps,
-                job.n_tokens * (tp + 1) / tps);
+      while (m + 1 < job.n_mats && part >= job.mats[m + 1].first_part) ++m;
+      const Mat& mat = job.mats[m];
+      const int64_t rps = mat.row_parts, tps = mat.token_parts;
+      const int64_t rp = (part - mat.first_part) % rps;
+      const int64_t tp = (part - mat.first_part) / rps;
+      const int64_t n_out = mat.w->n_out;
+      run_range(job, mat, n_out * rp / rps, n_out * (rp + 1) / rps, mat.n_tokens * tp / tps,
+                mat.n_tokens * (tp + 1) / tps);
     }
   } catch (...) {
     job.record_error();
   }
 }
 
-void convert_activations(ThreadPool& pool, Job& job) {
-  if (!job.k.quantize) {
-    job.xq = reinterpret_cast<const std::byte*>(job.x);
-    job.xq_stride = static_cast<uint64_t>(job.w->n_in) * sizeof(float);
+// Four parts per thread when there are rows enough (at least kMinPartRows each), so that the
+// shared counter can even out a slow thread; fewer rows than threads split the tokens too.
+void cut(Mat& mat, int64_t n_threads) {
+  constexpr int64_t kMinPartRows = 16;
+  const int64_t n_out = mat.w->n_out;
+  if (n_out == 0 || mat.n_tokens == 0) {
+    mat.row_parts = mat.token_parts = 0;
     return;
   }
-  const int64_t n_in = job.w->n_in;
-  job.xq_stride = row_bytes(job.k.vec_dot_type, static_cast<uint64_t>(n_in));
-  std::byte* xq = t_activations.get(job.xq_stride * static_cast<uint64_t>(job.n_tokens));
-  job.xq = xq;
-  if (job.n_tokens < kParallelQuantizeTokens || pool.size() == 1) {
-    for (int64_t t = 0; t < job.n_tokens; ++t)
-      job.k.quantize(job.x + t * n_in, xq + t * job.xq_stride, n_in);
-    return;
-  }
-  pool.parallel_for(job.n_tokens, [&job, xq](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t)
-      job.k.quantize(job.x + t * job.w->n_in, xq + t * job.xq_stride, job.w->n_in);
-  });
+  mat.row_parts = n_threads == 1 ? 1
+                                 : std::min(n_out, std::max(n_threads, std::min(4 * n_threads,
+                                                                                n_out / kMinPartRows)));
+  mat.token_parts = std::min(mat.n_tokens, std::max<int64_t>(1, n_threads / mat.row_parts));
+}
+
+// Bytes of a matrix's converted activations (0 when it reads the floats themselves).
+uint64_t converted_bytes(const Mat& mat) {
+  if (!mat.k.quantize) return 0;
+  return row_bytes(mat.k.vec_dot_type, static_cast<uint64_t>(mat.w->n_in)) *
+         static_cast<uint64_t>(mat.n_tokens);
 }
 
 void check_shape(const MatView& w, int64_t n_tokens) {
@@ -177,50 +183,87 @@ void check_shape(const MatView& w, int64_t n_tokens) {
   }
 }
 
-// ys[m] = x · w[m]ᵀ for n_mats matrices of one type and row length: one activation conversion and
-// one pool round trip for all of them.
-void matmul_same_input(ThreadPool& pool, const MatView* w, int n_mats, const float* x,
-                       int64_t n_tokens, float* const* ys, Isa isa) {
-  int64_t total_out = 0;
-  for (int m = 0; m < n_mats; ++m) {
-    check_shape(w[m], n_tokens);
-    total_out += w[m].n_out;
-  }
-  if (n_tokens == 0 || total_out == 0) return;
-
+// Runs mats[0..n_mats) in one job: activations converted (a matrix whose input, length and format
+// equal the previous one's shares its conversion), then every part claimed from one counter in
+// one pool round trip.
+void run_mats(ThreadPool& pool, Mat* mats, int n_mats) {
   Job job;
-  job.w = w;
-  job.ys = ys;
+  job.mats = mats;
   job.n_mats = n_mats;
-  job.k = dot_kernels(w[0].type, isa);
-  job.x = x;
-  job.n_tokens = n_tokens;
-  if (t_exact_rows && job.k.vec_dot) {
-    job.k.gemm = nullptr;
-    job.dot_rows = 1;
-  }
-  const int64_t nt = pool.size();
-  // Four parts per thread when there are rows enough (at least kMinPartRows each), so that the
-  // shared counter can even out a slow thread; fewer rows than threads split the tokens too.
-  constexpr int64_t kMinPartRows = 16;
-  job.first_part[0] = 0;
+  const bool exact = t_exact_rows;
+  uint64_t scratch = 0;
   for (int m = 0; m < n_mats; ++m) {
-    const int64_t n_out = w[m].n_out;
-    job.row_parts[m] = n_out == 0 ? 0
-                       : nt == 1  ? 1
-                                  : std::min(n_out, std::max(nt, std::min(4 * nt, n_out / kMinPartRows)));
-    job.token_parts[m] =
-        n_out == 0 ? 0 : std::min(n_tokens, std::max<int64_t>(1, nt / job.row_parts[m]));
-    job.first_part[m + 1] = job.first_part[m] + job.row_parts[m] * job.token_parts[m];
+    Mat& mat = mats[m];
+    check_shape(*mat.w, mat.n_tokens);
+    if (exact && mat.k.vec_dot) mat.k.gemm = nullptr;
+    cut(mat, pool.size());
+    mat.first_part = job.n_parts;
+    job.n_parts += mat.row_parts * mat.token_parts;
+    scratch += converted_bytes(mat);
+  }
+  if (exact) job.dot_rows = 1;
+  if (job.n_parts == 0) return;
+
+  // Conversion: each matrix's rows into its slice of the calling thread's scratch.
+  std::byte* xq = t_activations.get(scratch);
+  int64_t to_convert = 0;
+  for (int m = 0; m < n_mats; ++m) {
+    Mat& mat = mats[m];
+    if (!mat.k.quantize) {
+      mat.xq = reinterpret_cast<const std::byte*>(mat.x);
+      mat.xq_stride = static_cast<uint64_t>(mat.w->n_in) * sizeof(float);
+      continue;
+    }
+    mat.xq_stride = row_bytes(mat.k.vec_dot_type, static_cast<uint64_t>(mat.w->n_in));
+    const Mat* prev = m > 0 ? &mats[m - 1] : nullptr;
+    if (prev && prev->x == mat.x && prev->n_tokens == mat.n_tokens &&
+        prev->w->n_in == mat.w->n_in && prev->k.quantize == mat.k.quantize &&
+        prev->k.vec_dot_type == mat.k.vec_dot_type) {
+      mat.xq = prev->xq;
+      continue;
+    }
+    mat.xq = xq;
+    xq += converted_bytes(mat);
+    to_convert += mat.n_tokens;
+  }
+  auto convert = [&](int64_t r0, int64_t r1) {
+    int64_t base = 0;
+    for (int m = 0; m < n_mats && base < r1; ++m) {
+      const Mat& mat = mats[m];
+      if (!mat.k.quantize || (m > 0 && mat.xq == mats[m - 1].xq)) continue;
+      const int64_t lo = std::max(r0 - base, int64_t{0}), hi = std::min(r1 - base, mat.n_tokens);
+      auto* out = const_cast<std::byte*>(mat.xq);
+      for (int64_t t = lo; t < hi; ++t)
+        mat.k.quantize(mat.x + t * mat.w->n_in, out + t * mat.xq_stride, mat.w->n_in);
+      base += mat.n_tokens;
+    }
+  };
+  if (to_convert < kParallelQuantizeTokens || pool.size() == 1) {
+    convert(0, to_convert);
+  } else {
+    pool.parallel_for(to_convert, convert);
   }
 
-  convert_activations(pool, job);
-  if (job.first_part[n_mats] == 1) {
+  if (job.n_parts == 1) {
     run_parts(job);
   } else {
     pool.run([&job](int, int) { run_parts(job); });
   }
   if (job.error) std::rethrow_exception(job.error);
+}
+
+// ys[m] = x · w[m]ᵀ for n_mats (≤ 2) matrices of one input.
+void matmul_same_input(ThreadPool& pool, const MatView* w, int n_mats, const float* x,
+                       int64_t n_tokens, float* const* ys, Isa isa) {
+  Mat mats[2];
+  for (int m = 0; m < n_mats; ++m) {
+    mats[m].w = &w[m];
+    mats[m].y = ys[m];
+    mats[m].k = dot_kernels(w[m].type, isa);
+    mats[m].x = x;
+    mats[m].n_tokens = n_tokens;
+  }
+  run_mats(pool, mats, n_mats);
 }
 
 }  // namespace
@@ -247,6 +290,20 @@ void matmul_pair(ThreadPool& pool, const MatView& w0, const MatView& w1, const f
 
 void matmul(ThreadPool& pool, const MatView& w, const float* x, int64_t n_tokens, float* y) {
   matmul(pool, w, x, n_tokens, y, active_isa());
+}
+
+void matmul_tasks(ThreadPool& pool, std::span<const MatmulTask> tasks) {
+  thread_local std::vector<Mat> t_mats;
+  t_mats.assign(tasks.size(), Mat{});
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    Mat& mat = t_mats[i];
+    mat.w = &tasks[i].w;
+    mat.y = tasks[i].y;
+    mat.k = dot_kernels(tasks[i].w.type);
+    mat.x = tasks[i].x;
+    mat.n_tokens = tasks[i].n_tokens;
+  }
+  run_mats(pool, t_mats.data(), static_cast<int>(t_mats.size()));
 }
 
 }  // namespace sluice

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "core/thread_pool.h"
 #include "quant/dispatch.h"
@@ -45,5 +46,18 @@ void matmul(ThreadPool& pool, const MatView& w, const float* x, int64_t n_tokens
 // halves the synchronisations of a decode step's expert projections.
 void matmul_pair(ThreadPool& pool, const MatView& w0, const MatView& w1, const float* x,
                  int64_t n_tokens, float* y0, float* y1);
+
+// Independent products y = x · Wᵀ with their own weights and inputs (a MoE layer's experts), all
+// in one pool round trip: their parts are claimed from one counter, so threads move on to the
+// next matrix instead of meeting at a barrier after each, and a small matrix's imbalance is
+// absorbed by the others. Each output equals what matmul(pool, w, x, n_tokens, y) gives alone.
+// Consecutive tasks with the same x, length and activation format share one conversion.
+struct MatmulTask {
+  MatView w;
+  const float* x;
+  int64_t n_tokens;
+  float* y;
+};
+void matmul_tasks(ThreadPool& pool, std::span<const MatmulTask> tasks);
 
 }  // namespace sluice
