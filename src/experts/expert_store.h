@@ -86,6 +86,10 @@ class ExpertStore {
   virtual bool next(int* index, ExpertWeights* w) = 0;
   // The layer's experts are no longer used by the caller.
   virtual void end() = 0;
+  // Whether weights handed out by next() stay valid until end(), rather than until the next call
+  // (a streaming store recycles the previous expert's slot). When they do, a layer's experts can
+  // be computed together in a few batches instead of one after another.
+  virtual bool handed_weights_persist() const { return false; }
   // Experts layer `il` will probably (or, kCertain, surely) need soon; a store may start reading
   // them.
   virtual void prefetch(int il, std::span<const int32_t> ids, PrefetchHint hint) {}

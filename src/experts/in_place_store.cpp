@@ -29,6 +29,7 @@ class InPlaceStore final : public ExpertStore {
     return true;
   }
   void end() override { ids_.clear(); }
+  bool handed_weights_persist() const override { return true; }  // views of addressable memory
   ExpertStoreStats stats() const override { return stats_; }
   std::string describe() const override { return fmt::format("experts: {} (in place)", mode_); }
 

@@ -170,6 +170,114 @@ void route(ForwardContext& ctx, int il, const RouterWeights& w, const RouterConf
   }
 }
 
+namespace {
+
+// The expert's activation over its m rows of gate (in place) and up projections.
+void activate_rows(const ExpertWeights& w, ExpertActivation act, float limit, int64_t m, int64_t n_ff,
+                   float* g, float* u) {
+  for (int64_t r = 0; r < m; ++r) {
+    float* gr = g + r * n_ff;
+    float* ur = u + r * n_ff;
+    if (w.gate_bias) add_inplace(gr, w.gate_bias, n_ff);
+    if (w.up_bias) add_inplace(ur, w.up_bias, n_ff);
+    if (act == ExpertActivation::kSwiglu) {
+      swiglu(gr, ur, gr, n_ff);
+    } else if (act == ExpertActivation::kSwigluClamp) {
+      swiglu_clamped(gr, ur, n_ff, limit);
+    } else {
+      constexpr float kAlpha = 1.702f, kLimit = 7.0f;
+      for (int64_t i = 0; i < n_ff; ++i) {
+        const float x = std::min(gr[i], kLimit);
+        const float y = std::clamp(ur[i], -kLimit, kLimit);
+        gr[i] = x / (1.0f + std::exp(-kAlpha * x)) * (y + 1.0f);
+      }
+    }
+  }
+}
+
+// The expert's down-projected rows d, biased and weighted, into their (token, slot) rows.
+void scatter_rows(const ExpertWeights& w, const std::vector<int32_t>& rows, const float* weights, int64_t n_embd,
+                  float* d, float* slot_out) {
+  for (size_t r = 0; r < rows.size(); ++r) {
+    float* dr = d + r * n_embd;
+    if (w.down_bias) add_inplace(dr, w.down_bias, n_embd);
+    const float wgt = weights[rows[r]];
+    float* so = slot_out + static_cast<int64_t>(rows[r]) * n_embd;
+    for (int64_t i = 0; i < n_embd; ++i) so[i] = dr[i] * wgt;
+  }
+}
+
+// Rows of experts computed per batch when all of a layer's experts are addressable: bounds the
+// gathered inputs and projections (~12 KB a row at 2048 wide) while still putting dozens of
+// experts in each pool round trip.
+constexpr int64_t kExpertBatchRows = 1024;
+
+// All handed experts in batches of up to kExpertBatchRows rows: each batch gathers its rows'
+// inputs, runs every expert's gate and up projections in one matmul_tasks round trip, the
+// activations in one parallel pass, the down projections in a second round trip, and the scatter
+// in a last pass. One expert after another costs two or three pool synchronisations per expert,
+// and the serial copies, activations and scatters between them leave the other threads idle.
+// Each expert's numbers are those of the one-at-a-time path: same matmul cuts, same row code.
+void run_expert_batches(ForwardContext& ctx, const std::vector<std::pair<int, ExpertWeights>>& handed,
+                        const std::vector<std::vector<int32_t>>& rows_of, const float* weights, int n_used,
+                        ExpertActivation act, float limit, const float* xn, float* slot_out) {
+  const int64_t n_embd = handed[0].second.gate.n_in;
+  const int64_t n_ff = handed[0].second.gate.n_out;
+  std::vector<float> xe, g, u, d;
+  std::vector<int64_t> first;  // first row of each expert of the batch in xe/g/u/d
+  std::vector<MatmulTask> tasks;
+  for (size_t b0 = 0; b0 < handed.size();) {
+    size_t b1 = b0;
+    int64_t n_rows = 0;
+    first.clear();
+    while (b1 < handed.size() && (b1 == b0 || n_rows + static_cast<int64_t>(rows_of[handed[b1].first].size()) <= kExpertBatchRows)) {
+      first.push_back(n_rows);
+      n_rows += static_cast<int64_t>(rows_of[handed[b1].first].size());
+      ++b1;
+    }
+    first.push_back(n_rows);
+    const auto n_batch = static_cast<int64_t>(b1 - b0);
+    xe.resize(n_rows * n_embd);
+    g.resize(n_rows * n_ff);
+    u.resize(n_rows * n_ff);
+    d.resize(n_rows * n_embd);
+    auto rows_at = [&](int64_t e) -> const std::vector<int32_t>& { return rows_of[handed[b0 + e].first]; };
+    ctx.pool.parallel_for(n_batch, [&](int64_t e0, int64_t e1) {
+      for (int64_t e = e0; e < e1; ++e) {
+        const auto& rows = rows_at(e);
+        for (size_t r = 0; r < rows.size(); ++r)
+          std::copy_n(xn + (rows[r] / n_used) * n_embd, n_embd, xe.data() + (first[e] + r) * n_embd);
+      }
+    });
+    tasks.clear();
+    for (int64_t e = 0; e < n_batch; ++e) {
+      const ExpertWeights& w = handed[b0 + e].second;
+      const int64_t m = first[e + 1] - first[e];
+      tasks.push_back({w.gate, xe.data() + first[e] * n_embd, m, g.data() + first[e] * n_ff});
+      tasks.push_back({w.up, xe.data() + first[e] * n_embd, m, u.data() + first[e] * n_ff});
+    }
+    matmul_tasks(ctx.pool, tasks);
+    ctx.pool.parallel_for(n_batch, [&](int64_t e0, int64_t e1) {
+      for (int64_t e = e0; e < e1; ++e)
+        activate_rows(handed[b0 + e].second, act, limit, first[e + 1] - first[e], n_ff, g.data() + first[e] * n_ff,
+                      u.data() + first[e] * n_ff);
+    });
+    tasks.clear();
+    for (int64_t e = 0; e < n_batch; ++e) {
+      tasks.push_back({handed[b0 + e].second.down, g.data() + first[e] * n_ff, first[e + 1] - first[e],
+                       d.data() + first[e] * n_embd});
+    }
+    matmul_tasks(ctx.pool, tasks);
+    ctx.pool.parallel_for(n_batch, [&](int64_t e0, int64_t e1) {
+      for (int64_t e = e0; e < e1; ++e)
+        scatter_rows(handed[b0 + e].second, rows_at(e), weights, n_embd, d.data() + first[e] * n_embd, slot_out);
+    });
+    b0 = b1;
+  }
+}
+
+}  // namespace
+
 void moe_experts(ForwardContext& ctx, int il, const int32_t* ids, const float* weights, int n_used,
                  ExpertActivation act, const float* xn, float* out, float limit) {
   const int64_t n_tok = ctx.n_tok;
@@ -196,54 +304,44 @@ void moe_experts(ForwardContext& ctx, int il, const int32_t* ids, const float* w
   ctx.issue_lookahead();
   int index = 0;
   ExpertWeights w;
-  std::vector<float> xe, g, u, d;
-  while (ctx.experts.next(&index, &w)) {
-    const auto& rows = rows_of[index];
-    const int64_t m = static_cast<int64_t>(rows.size());
-    n_embd = w.gate.n_in;
-    const int64_t n_ff = w.gate.n_out;
-    const auto slots_size = static_cast<size_t>(n_tok * n_used * n_embd);
-    if (slot_out.size() < slots_size) slot_out.resize(slots_size);
-    xe.resize(m * n_embd);
-    for (int64_t r = 0; r < m; ++r) std::copy_n(xn + (rows[r] / n_used) * n_embd, n_embd, xe.data() + r * n_embd);
-    g.resize(m * n_ff);
-    u.resize(m * n_ff);
-    d.resize(m * n_embd);
-    matmul_pair(ctx.pool, w.gate, w.up, xe.data(), m, g.data(), u.data());
-    for (int64_t r = 0; r < m; ++r) {
-      float* gr = g.data() + r * n_ff;
-      float* ur = u.data() + r * n_ff;
-      if (w.gate_bias) add_inplace(gr, w.gate_bias, n_ff);
-      if (w.up_bias) add_inplace(ur, w.up_bias, n_ff);
-      if (act == ExpertActivation::kSwiglu) {
-        swiglu(gr, ur, gr, n_ff);
-      } else if (act == ExpertActivation::kSwigluClamp) {
-        swiglu_clamped(gr, ur, n_ff, limit);
-      } else {
-        constexpr float kAlpha = 1.702f, kLimit = 7.0f;
-        for (int64_t i = 0; i < n_ff; ++i) {
-          const float x = std::min(gr[i], kLimit);
-          const float y = std::clamp(ur[i], -kLimit, kLimit);
-          gr[i] = x / (1.0f + std::exp(-kAlpha * x)) * (y + 1.0f);
-        }
-      }
+  if (ctx.experts.handed_weights_persist()) {
+    std::vector<std::pair<int, ExpertWeights>> handed;
+    while (ctx.experts.next(&index, &w)) handed.emplace_back(index, w);
+    if (!handed.empty()) {
+      n_embd = handed[0].second.gate.n_in;
+      const auto slots_size = static_cast<size_t>(n_tok * n_used * n_embd);
+      if (slot_out.size() < slots_size) slot_out.resize(slots_size);
+      run_expert_batches(ctx, handed, rows_of, weights, n_used, act, limit, xn, slot_out.data());
     }
-    matmul(ctx.pool, w.down, g.data(), m, d.data());
-    for (int64_t r = 0; r < m; ++r) {
-      float* dr = d.data() + r * n_embd;
-      if (w.down_bias) add_inplace(dr, w.down_bias, n_embd);
-      const float wgt = weights[rows[r]];
-      float* so = slot_out.data() + static_cast<int64_t>(rows[r]) * n_embd;
-      for (int64_t i = 0; i < n_embd; ++i) so[i] = dr[i] * wgt;
+  } else {
+    std::vector<float> xe, g, u, d;
+    while (ctx.experts.next(&index, &w)) {
+      const auto& rows = rows_of[index];
+      const int64_t m = static_cast<int64_t>(rows.size());
+      n_embd = w.gate.n_in;
+      const int64_t n_ff = w.gate.n_out;
+      const auto slots_size = static_cast<size_t>(n_tok * n_used * n_embd);
+      if (slot_out.size() < slots_size) slot_out.resize(slots_size);
+      xe.resize(m * n_embd);
+      for (int64_t r = 0; r < m; ++r) std::copy_n(xn + (rows[r] / n_used) * n_embd, n_embd, xe.data() + r * n_embd);
+      g.resize(m * n_ff);
+      u.resize(m * n_ff);
+      d.resize(m * n_embd);
+      matmul_pair(ctx.pool, w.gate, w.up, xe.data(), m, g.data(), u.data());
+      activate_rows(w, act, limit, m, n_ff, g.data(), u.data());
+      matmul(ctx.pool, w.down, g.data(), m, d.data());
+      scatter_rows(w, rows, weights, n_embd, d.data(), slot_out.data());
     }
   }
   ctx.experts.end();
   if (n_embd == 0) fail("internal: layer {} routed no tokens to any expert", il);
-  for (int64_t t = 0; t < n_tok; ++t) {
-    float* o = out + t * n_embd;
-    std::copy_n(slot_out.data() + t * n_used * n_embd, n_embd, o);
-    for (int k = 1; k < n_used; ++k) add_inplace(o, slot_out.data() + (t * n_used + k) * n_embd, n_embd);
-  }
+  ctx.pool.parallel_for(n_tok, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      float* o = out + t * n_embd;
+      std::copy_n(slot_out.data() + t * n_used * n_embd, n_embd, o);
+      for (int k = 1; k < n_used; ++k) add_inplace(o, slot_out.data() + (t * n_used + k) * n_embd, n_embd);
+    }
+  });
   ctx.dump("ffn_moe_out", il, out, n_embd);
 }
 
