@@ -50,7 +50,9 @@ thread_local Scratch t_packed;
 thread_local Scratch t_act;
 
 // 16x16 transpose of 32-bit elements: row r of in becomes lane r of every output vector.
-inline void transpose16(__m512i v[16]) {
+// Always inlined: called out of line, its 16 vectors go through memory twice per call, which cost
+// Q4_K packing as much as the shuffles themselves.
+__attribute__((always_inline)) inline void transpose16(__m512i v[16]) {
   __m512i t[16];
 #pragma GCC unroll 16
   for (int i = 0; i < 8; ++i) {
@@ -256,7 +258,7 @@ void pack_tile(const GemmFormat& f, const std::byte* w, uint64_t w_stride, int n
 // through unpack_q4_K: the nibbles of sixteen rows are transposed as they are stored (a dword of
 // quant bytes holds four values of one 32-value group in its low nibbles and four of the next
 // group in its high ones), and the scales and minimums of all sixteen rows are decoded side by
-// side from their gathered block headers. Expert batches of a few dozen tokens spent as long
+// side from their block headers. Expert batches of a few dozen tokens spent as long
 // unpacking row by row into a staging tile and transposing it as multiplying. A lane past
 // n_rows repeats the last row; the kernel's masked store drops it.
 void pack_tile_q4_K(const GemmFormat&, const std::byte* w, uint64_t w_stride, int n_rows,
@@ -264,17 +266,30 @@ void pack_tile_q4_K(const GemmFormat&, const std::byte* w, uint64_t w_stride, in
   alignas(64) int32_t offsets[kTileRows];
   for (int r = 0; r < kTileRows; ++r)
     offsets[r] = static_cast<int32_t>(static_cast<uint64_t>(std::min(r, n_rows - 1)) * w_stride);
-  const __m512i row_off = _mm512_load_si512(offsets);
   const __m512i low4 = _mm512_set1_epi8(0x0F);
   const __m512i low6 = _mm512_set1_epi8(0x3F);
   const __m512i top2 = _mm512_set1_epi8(0x30);
   const __m512i byte = _mm512_set1_epi32(0xFF);
   for (int64_t un = 0; un < n_units; ++un, out += unit_bytes(8, true)) {
     const std::byte* blocks = w + un * sizeof(BlockQ4K);
-    const __m512i head = _mm512_i32gather_epi32(row_off, blocks, 1);
-    const __m512i w0 = _mm512_i32gather_epi32(row_off, blocks + 4, 1);
-    const __m512i w1 = _mm512_i32gather_epi32(row_off, blocks + 8, 1);
-    const __m512i w2 = _mm512_i32gather_epi32(row_off, blocks + 12, 1);
+    // The 16-byte headers (d, dmin, 12 scale bytes) of the 16 rows: z[q] holds rows q, q + 4,
+    // q + 8, q + 12 in its 128-bit lanes; a 4x4 transpose of dwords within each lane then leaves
+    // dword k of rows 0..15 in one vector (cheaper than four 16-element gathers).
+    __m512i z[4];
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; ++q) {
+      auto head_of = [&](int r) {
+        return _mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks + offsets[r]));
+      };
+      z[q] = _mm512_inserti32x4(
+          _mm512_inserti32x4(_mm512_inserti32x4(_mm512_castsi128_si512(head_of(q)), head_of(q + 4), 1),
+                             head_of(q + 8), 2),
+          head_of(q + 12), 3);
+    }
+    const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]), t1 = _mm512_unpackhi_epi32(z[0], z[1]);
+    const __m512i t2 = _mm512_unpacklo_epi32(z[2], z[3]), t3 = _mm512_unpackhi_epi32(z[2], z[3]);
+    const __m512i head = _mm512_unpacklo_epi64(t0, t2), w0 = _mm512_unpackhi_epi64(t0, t2);
+    const __m512i w1 = _mm512_unpacklo_epi64(t1, t3), w2 = _mm512_unpackhi_epi64(t1, t3);
     const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(head));
     const __m512 dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(head, 16)));
     // Bytes g of these hold the six-bit scale (minimum) of sub-block g, and of g + 4 (see
@@ -515,7 +530,7 @@ void gemm(const GemmFormat& f, int64_t n, const void* w, uint64_t w_stride, int6
                                       n_x, y, y_stride);
   }
   if (f.act_type == GgmlType::Q8_K && n % kGemmUnit == 0) {
-    // The direct Q4_K packer gathers headers with 32-bit offsets of up to 15 rows.
+    // The direct Q4_K packer addresses rows by 32-bit offsets (up to 15 rows).
     if (f.unpack == unpack_q4_K && w_stride * kTileRows < (uint64_t{1} << 31)) {
       return gemm_impl<false, 32, true>(f, pack_tile_q4_K, n, wb, w_stride, n_w, xb, x_stride, n_x,
                                         y, y_stride);
