@@ -191,12 +191,17 @@ void run_mats(ThreadPool& pool, Mat* mats, int n_mats) {
   job.mats = mats;
   job.n_mats = n_mats;
   const bool exact = t_exact_rows;
+  // With several matrices per thread the counter balances whole matrices, so each is one part:
+  // its tiles are then packed front to back, each prefetching the next, where a part boundary
+  // left a tile cold and prepared the activations once more. A row's result does not depend on
+  // its part, and a matrix with at least as many rows as threads is never cut by tokens.
+  const int64_t cut_threads = n_mats >= 4 * pool.size() ? 1 : pool.size();
   uint64_t scratch = 0;
   for (int m = 0; m < n_mats; ++m) {
     Mat& mat = mats[m];
     check_shape(*mat.w, mat.n_tokens);
     if (exact && mat.k.vec_dot) mat.k.gemm = nullptr;
-    cut(mat, pool.size());
+    cut(mat, mat.w->n_out >= pool.size() ? cut_threads : pool.size());
     mat.first_part = job.n_parts;
     job.n_parts += mat.row_parts * mat.token_parts;
     scratch += converted_bytes(mat);
