@@ -6,11 +6,7 @@
 // a token's routing does not depend on whether it was decoded alone or prefilled in a batch: a
 // 16-lane accumulator holds two of the AVX2 kernel's four 8-lane ones, each lane sees the same
 // fused multiply-adds in the same order, and the reduction adds the four in the same tree.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
+#include "quant/simd_avx512.h"
 
 #include <cstdint>
 

@@ -8,13 +8,7 @@
 // become a 64-bit mask computed from the stored bits (the eighth sign of each group is the parity
 // of the other seven), applied to the activations with one masked subtract. Sub-block sums are
 // exact integers as in the scalar kernel; only the order of the float terms differs.
-// GCC 12's AVX-512 headers build some intrinsics on _mm512_undefined_*(), which -Wuninitialized
-// reports at every use (GCC bug 105593).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
+#include "quant/simd_avx512.h"
 
 #include <cstddef>
 #include <cstring>

@@ -9,13 +9,7 @@
 // and the accumulation into one instruction: per 64 weights one maddubs (unsigned weight bytes
 // times signed activation bytes into 16-bit pair sums, which cannot saturate for values < 64) and
 // one vpdpwssd. The scales reach their 16-bit lanes through one vpermw of the block's scales.
-// GCC 12's AVX-512 headers build some intrinsics on _mm512_undefined_*(), which -Wuninitialized
-// reports at every use (GCC bug 105593).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
+#include "quant/simd_avx512.h"
 
 #include <cstddef>
 #include <cstring>

@@ -7,13 +7,8 @@
 // block per step with one float accumulator, which bounds it by the multiply-add latency; here
 // two blocks share one 512-bit vpdpbusd, four blocks make a step and two accumulators alternate.
 // Per-block integer sums are exact; only the order of the float terms differs from the scalar
-// kernel. GCC 12's AVX-512 headers build some intrinsics on _mm512_undefined_*(), which
-// -Wuninitialized reports at every use (GCC bug 105593).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
+// kernel.
+#include "quant/simd_avx512.h"
 
 #include <cstddef>
 

@@ -9,13 +9,7 @@
 // dot products. Per group of 16 or 32 values the integer sums are scaled in float by the
 // group's weight scales (one per lane), so the output of a tile is sixteen finished dot
 // products per activation row, stored straight into y.
-// GCC 12's AVX-512 headers build some intrinsics on _mm512_undefined_*(), which -Wuninitialized
-// reports at every use (GCC bug 105593).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
+#include "quant/simd_avx512.h"
 
 #include <algorithm>
 #include <cstring>

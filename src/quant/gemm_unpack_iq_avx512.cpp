@@ -4,13 +4,7 @@
 // on an expert batch of a few dozen tokens; here the grid lookups of a 32-value sub-block fill
 // one 256-bit vector and the 32 sign bits become an AVX-512 mask, so the unpacked byte
 // 64 +- magnitude is one masked subtract (IQ1: 8 * grid value + delta + 9, two vector ops).
-// GCC 12's AVX-512 headers build some intrinsics on _mm512_undefined_*(), which -Wuninitialized
-// reports at every use (GCC bug 105593).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
+#include "quant/simd_avx512.h"
 
 #include <cstring>
 
