@@ -5,8 +5,8 @@
 //   VecDot   one thread, dot of every row with one activation row; the matrix stays in L2.
 //   Matmul   the op on the pool, 1 token (decode) to 512 (prefill), the counts around the GEMM
 //            threshold in between; the matrix (0.84 MiB) stays in cache between iterations.
-//   Cold     the op with 1, 2, 4, 8 and 32 tokens (expert batches) over 256 MiB of distinct matrices,
-//            so weights come from DRAM.
+//   Cold     the op with 1, 2, 4, 8 and 32 tokens (expert batches) over 256 MiB of distinct
+//            matrices, so weights come from DRAM.
 //   Types    VecDot for the other types with AVX2 kernels (same shape), for comparison.
 //   TypesMatmul  the op on one thread with 64 tokens for those types, AVX2 vs AVX-512 GEMM.
 #include <benchmark/benchmark.h>

@@ -173,8 +173,8 @@ void route(ForwardContext& ctx, int il, const RouterWeights& w, const RouterConf
 namespace {
 
 // The expert's activation over its m rows of gate (in place) and up projections.
-void activate_rows(const ExpertWeights& w, ExpertActivation act, float limit, int64_t m, int64_t n_ff,
-                   float* g, float* u) {
+void activate_rows(const ExpertWeights& w, ExpertActivation act, float limit, int64_t m,
+                   int64_t n_ff, float* g, float* u) {
   for (int64_t r = 0; r < m; ++r) {
     float* gr = g + r * n_ff;
     float* ur = u + r * n_ff;
@@ -196,8 +196,8 @@ void activate_rows(const ExpertWeights& w, ExpertActivation act, float limit, in
 }
 
 // The expert's down-projected rows d, biased and weighted, into their (token, slot) rows.
-void scatter_rows(const ExpertWeights& w, const std::vector<int32_t>& rows, const float* weights, int64_t n_embd,
-                  float* d, float* slot_out) {
+void scatter_rows(const ExpertWeights& w, const std::vector<int32_t>& rows, const float* weights,
+                  int64_t n_embd, float* d, float* slot_out) {
   for (size_t r = 0; r < rows.size(); ++r) {
     float* dr = d + r * n_embd;
     if (w.down_bias) add_inplace(dr, w.down_bias, n_embd);
@@ -218,9 +218,11 @@ constexpr int64_t kExpertBatchRows = 1024;
 // in a last pass. One expert after another costs two or three pool synchronisations per expert,
 // and the serial copies, activations and scatters between them leave the other threads idle.
 // Each expert's numbers are those of the one-at-a-time path: same matmul cuts, same row code.
-void run_expert_batches(ForwardContext& ctx, const std::vector<std::pair<int, ExpertWeights>>& handed,
-                        const std::vector<std::vector<int32_t>>& rows_of, const float* weights, int n_used,
-                        ExpertActivation act, float limit, const float* xn, float* slot_out) {
+void run_expert_batches(ForwardContext& ctx,
+                        const std::vector<std::pair<int, ExpertWeights>>& handed,
+                        const std::vector<std::vector<int32_t>>& rows_of, const float* weights,
+                        int n_used, ExpertActivation act, float limit, const float* xn,
+                        float* slot_out) {
   const int64_t n_embd = handed[0].second.gate.n_in;
   const int64_t n_ff = handed[0].second.gate.n_out;
   std::vector<float> xe, g, u, d;
@@ -230,7 +232,9 @@ void run_expert_batches(ForwardContext& ctx, const std::vector<std::pair<int, Ex
     size_t b1 = b0;
     int64_t n_rows = 0;
     first.clear();
-    while (b1 < handed.size() && (b1 == b0 || n_rows + static_cast<int64_t>(rows_of[handed[b1].first].size()) <= kExpertBatchRows)) {
+    while (b1 < handed.size() &&
+           (b1 == b0 ||
+            n_rows + static_cast<int64_t>(rows_of[handed[b1].first].size()) <= kExpertBatchRows)) {
       first.push_back(n_rows);
       n_rows += static_cast<int64_t>(rows_of[handed[b1].first].size());
       ++b1;
@@ -241,12 +245,15 @@ void run_expert_batches(ForwardContext& ctx, const std::vector<std::pair<int, Ex
     g.resize(n_rows * n_ff);
     u.resize(n_rows * n_ff);
     d.resize(n_rows * n_embd);
-    auto rows_at = [&](int64_t e) -> const std::vector<int32_t>& { return rows_of[handed[b0 + e].first]; };
+    auto rows_at = [&](int64_t e) -> const std::vector<int32_t>& {
+      return rows_of[handed[b0 + e].first];
+    };
     ctx.pool.parallel_for(n_batch, [&](int64_t e0, int64_t e1) {
       for (int64_t e = e0; e < e1; ++e) {
         const auto& rows = rows_at(e);
         for (size_t r = 0; r < rows.size(); ++r)
-          std::copy_n(xn + (rows[r] / n_used) * n_embd, n_embd, xe.data() + (first[e] + r) * n_embd);
+          std::copy_n(xn + (rows[r] / n_used) * n_embd, n_embd,
+                      xe.data() + (first[e] + r) * n_embd);
       }
     });
     tasks.clear();
@@ -259,18 +266,19 @@ void run_expert_batches(ForwardContext& ctx, const std::vector<std::pair<int, Ex
     matmul_tasks(ctx.pool, tasks);
     ctx.pool.parallel_for(n_batch, [&](int64_t e0, int64_t e1) {
       for (int64_t e = e0; e < e1; ++e)
-        activate_rows(handed[b0 + e].second, act, limit, first[e + 1] - first[e], n_ff, g.data() + first[e] * n_ff,
-                      u.data() + first[e] * n_ff);
+        activate_rows(handed[b0 + e].second, act, limit, first[e + 1] - first[e], n_ff,
+                      g.data() + first[e] * n_ff, u.data() + first[e] * n_ff);
     });
     tasks.clear();
     for (int64_t e = 0; e < n_batch; ++e) {
-      tasks.push_back({handed[b0 + e].second.down, g.data() + first[e] * n_ff, first[e + 1] - first[e],
-                       d.data() + first[e] * n_embd});
+      tasks.push_back({handed[b0 + e].second.down, g.data() + first[e] * n_ff,
+                       first[e + 1] - first[e], d.data() + first[e] * n_embd});
     }
     matmul_tasks(ctx.pool, tasks);
     ctx.pool.parallel_for(n_batch, [&](int64_t e0, int64_t e1) {
       for (int64_t e = e0; e < e1; ++e)
-        scatter_rows(handed[b0 + e].second, rows_at(e), weights, n_embd, d.data() + first[e] * n_embd, slot_out);
+        scatter_rows(handed[b0 + e].second, rows_at(e), weights, n_embd,
+                     d.data() + first[e] * n_embd, slot_out);
     });
     b0 = b1;
   }
@@ -323,7 +331,8 @@ void moe_experts(ForwardContext& ctx, int il, const int32_t* ids, const float* w
       const auto slots_size = static_cast<size_t>(n_tok * n_used * n_embd);
       if (slot_out.size() < slots_size) slot_out.resize(slots_size);
       xe.resize(m * n_embd);
-      for (int64_t r = 0; r < m; ++r) std::copy_n(xn + (rows[r] / n_used) * n_embd, n_embd, xe.data() + r * n_embd);
+      for (int64_t r = 0; r < m; ++r)
+        std::copy_n(xn + (rows[r] / n_used) * n_embd, n_embd, xe.data() + r * n_embd);
       g.resize(m * n_ff);
       u.resize(m * n_ff);
       d.resize(m * n_embd);
@@ -339,7 +348,8 @@ void moe_experts(ForwardContext& ctx, int il, const int32_t* ids, const float* w
     for (int64_t t = t0; t < t1; ++t) {
       float* o = out + t * n_embd;
       std::copy_n(slot_out.data() + t * n_used * n_embd, n_embd, o);
-      for (int k = 1; k < n_used; ++k) add_inplace(o, slot_out.data() + (t * n_used + k) * n_embd, n_embd);
+      for (int k = 1; k < n_used; ++k)
+        add_inplace(o, slot_out.data() + (t * n_used + k) * n_embd, n_embd);
     }
   });
   ctx.dump("ffn_moe_out", il, out, n_embd);

@@ -115,7 +115,8 @@ class Attender {
       const std::byte* rows[kRun];
       for (int32_t a = lo; a < hi; a += kRun) {
         const int n = std::min(kRun, hi - a);
-        for (int i = 0; i < n; ++i) rows[i] = kv_.k_row(tl[0].seq, layer_, a + i) + tl[0].kvh * k_head_;
+        for (int i = 0; i < n; ++i)
+          rows[i] = kv_.k_row(tl[0].seq, layer_, a + i) + tl[0].kvh * k_head_;
         for (int b = 0; b < nb; ++b) {
           const int32_t s = std::max(a, sp[b].k0), e = std::min(a + n, sp[b].k1);
           if (s >= e) continue;

@@ -130,7 +130,8 @@ void run_range(const Job& job, const Mat& mat, int64_t r0, int64_t r1, int64_t t
 
 void run_parts(Job& job) {
   try {
-    for (int64_t part; (part = job.next_part.fetch_add(1, std::memory_order_relaxed)) < job.n_parts;) {
+    for (int64_t part;
+         (part = job.next_part.fetch_add(1, std::memory_order_relaxed)) < job.n_parts;) {
       int m = 0;
       while (m + 1 < job.n_mats && part >= job.mats[m + 1].first_part) ++m;
       const Mat& mat = job.mats[m];
@@ -155,9 +156,10 @@ void cut(Mat& mat, int64_t n_threads) {
     mat.row_parts = mat.token_parts = 0;
     return;
   }
-  mat.row_parts = n_threads == 1 ? 1
-                                 : std::min(n_out, std::max(n_threads, std::min(4 * n_threads,
-                                                                                n_out / kMinPartRows)));
+  mat.row_parts =
+      n_threads == 1
+          ? 1
+          : std::min(n_out, std::max(n_threads, std::min(4 * n_threads, n_out / kMinPartRows)));
   mat.token_parts = std::min(mat.n_tokens, std::max<int64_t>(1, n_threads / mat.row_parts));
 }
 

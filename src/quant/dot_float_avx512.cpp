@@ -6,12 +6,11 @@
 // a token's routing does not depend on whether it was decoded alone or prefilled in a batch: a
 // 16-lane accumulator holds two of the AVX2 kernel's four 8-lane ones, each lane sees the same
 // fused multiply-adds in the same order, and the reduction adds the four in the same tree.
-#include "quant/simd_avx512.h"
-
 #include <cstdint>
 
 #include "quant/kernels.h"
 #include "quant/simd_avx2.h"
+#include "quant/simd_avx512.h"
 
 namespace sluice::avx512 {
 
@@ -35,7 +34,8 @@ struct F16Row {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i)));
   }
   __m512 load8(int64_t i) const {
-    return _mm512_cvtph_ps(_mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i))));
+    return _mm512_cvtph_ps(
+        _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i))));
   }
   float at(int64_t i) const { return fp16_scalar(a[i]); }
   void prefetch(int64_t i) const { prefetch_weights(a + i); }

@@ -8,8 +8,6 @@
 // become a 64-bit mask computed from the stored bits (the eighth sign of each group is the parity
 // of the other seven), applied to the activations with one masked subtract. Sub-block sums are
 // exact integers as in the scalar kernel; only the order of the float terms differs.
-#include "quant/simd_avx512.h"
-
 #include <cstddef>
 #include <cstring>
 
@@ -17,6 +15,7 @@
 #include "quant/iq_grids.h"
 #include "quant/kernels.h"
 #include "quant/simd_avx2.h"
+#include "quant/simd_avx512.h"
 
 namespace sluice::avx512 {
 

@@ -9,14 +9,13 @@
 // and the accumulation into one instruction: per 64 weights one maddubs (unsigned weight bytes
 // times signed activation bytes into 16-bit pair sums, which cannot saturate for values < 64) and
 // one vpdpwssd. The scales reach their 16-bit lanes through one vpermw of the block's scales.
-#include "quant/simd_avx512.h"
-
 #include <cstddef>
 #include <cstring>
 
 #include "quant/blocks.h"
 #include "quant/kernels.h"
 #include "quant/simd_avx2.h"
+#include "quant/simd_avx512.h"
 
 namespace sluice::avx512 {
 

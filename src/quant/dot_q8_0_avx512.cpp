@@ -8,13 +8,12 @@
 // two blocks share one 512-bit vpdpbusd, four blocks make a step and two accumulators alternate.
 // Per-block integer sums are exact; only the order of the float terms differs from the scalar
 // kernel.
-#include "quant/simd_avx512.h"
-
 #include <cstddef>
 
 #include "quant/blocks.h"
 #include "quant/kernels.h"
 #include "quant/simd_avx2.h"
+#include "quant/simd_avx512.h"
 
 namespace sluice::avx512 {
 

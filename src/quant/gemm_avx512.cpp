@@ -9,8 +9,6 @@
 // dot products. Per group of 16 or 32 values the integer sums are scaled in float by the
 // group's weight scales (one per lane), so the output of a tile is sixteen finished dot
 // products per activation row, stored straight into y.
-#include "quant/simd_avx512.h"
-
 #include <algorithm>
 #include <cstring>
 
@@ -19,6 +17,7 @@
 #include "quant/gemm.h"
 #include "quant/iq_grids.h"
 #include "quant/kernels.h"
+#include "quant/simd_avx512.h"
 
 namespace sluice::avx512 {
 
@@ -276,8 +275,9 @@ void pack_tile_q4_K(const GemmFormat&, const std::byte* w, uint64_t w_stride, in
         return _mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks + offsets[r]));
       };
       z[q] = _mm512_inserti32x4(
-          _mm512_inserti32x4(_mm512_inserti32x4(_mm512_castsi128_si512(head_of(q)), head_of(q + 4), 1),
-                             head_of(q + 8), 2),
+          _mm512_inserti32x4(
+              _mm512_inserti32x4(_mm512_castsi128_si512(head_of(q)), head_of(q + 4), 1),
+              head_of(q + 8), 2),
           head_of(q + 12), 3);
     }
     const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]), t1 = _mm512_unpackhi_epi32(z[0], z[1]);
@@ -292,9 +292,8 @@ void pack_tile_q4_K(const GemmFormat&, const std::byte* w, uint64_t w_stride, in
     const __m512i m_lo = _mm512_and_si512(w1, low6);
     const __m512i sc_hi = _mm512_or_si512(_mm512_and_si512(w2, low4),
                                           _mm512_and_si512(_mm512_srli_epi32(w0, 2), top2));
-    const __m512i m_hi =
-        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w2, 4), low4),
-                        _mm512_and_si512(_mm512_srli_epi32(w1, 2), top2));
+    const __m512i m_hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w2, 4), low4),
+                                         _mm512_and_si512(_mm512_srli_epi32(w1, 2), top2));
     auto* scale = reinterpret_cast<float*>(out + kGemmUnit * kTileRows);
     float* bias = scale + 8 * kTileRows;
 #pragma GCC unroll 4
@@ -467,8 +466,9 @@ void tile_tail(int n_cols, const std::byte* packed, int64_t n_units, int last_gr
 }
 
 template <bool kAct32, int kGV, bool kBias>
-void gemm_impl(const GemmFormat& f, PackTileFn pack, int64_t n, const std::byte* w, uint64_t w_stride, int64_t n_w,
-               const std::byte* x, uint64_t x_stride, int64_t n_x, float* y, uint64_t y_stride) {
+void gemm_impl(const GemmFormat& f, PackTileFn pack, int64_t n, const std::byte* w,
+               uint64_t w_stride, int64_t n_w, const std::byte* x, uint64_t x_stride, int64_t n_x,
+               float* y, uint64_t y_stride) {
   constexpr int kGroups = kGemmUnit / kGV;
   const int64_t n_units = (n + kGemmUnit - 1) / kGemmUnit;
   const int64_t n_groups = n / kGV;
@@ -533,8 +533,8 @@ void gemm(const GemmFormat& f, int64_t n, const void* w, uint64_t w_stride, int6
       return gemm_impl<false, 32, true>(f, pack_tile<8, true>, n, wb, w_stride, n_w, xb, x_stride,
                                         n_x, y, y_stride);
     if (f.group_values == 32)
-      return gemm_impl<false, 32, false>(f, pack_tile<8, false>, n, wb, w_stride, n_w, xb,
-                                         x_stride, n_x, y, y_stride);
+      return gemm_impl<false, 32, false>(f, pack_tile<8, false>, n, wb, w_stride, n_w, xb, x_stride,
+                                         n_x, y, y_stride);
     if (f.group_values == 16 && f.has_bias)
       return gemm_impl<false, 16, true>(f, pack_tile<16, true>, n, wb, w_stride, n_w, xb, x_stride,
                                         n_x, y, y_stride);

@@ -4,13 +4,12 @@
 // on an expert batch of a few dozen tokens; here the grid lookups of a 32-value sub-block fill
 // one 256-bit vector and the 32 sign bits become an AVX-512 mask, so the unpacked byte
 // 64 +- magnitude is one masked subtract (IQ1: 8 * grid value + delta + 9, two vector ops).
-#include "quant/simd_avx512.h"
-
 #include <cstring>
 
 #include "quant/blocks.h"
 #include "quant/gemm.h"
 #include "quant/iq_grids.h"
+#include "quant/simd_avx512.h"
 
 namespace sluice::avx512 {
 
