@@ -497,7 +497,7 @@ void gemm_impl(const GemmFormat& f, PackTileFn pack, int64_t n, const std::byte*
     const int64_t next_rows = std::min<int64_t>(kTileRows, n_w - r0 - kTileRows);
     for (int64_t r = 0; r < next_rows; ++r) {
       const char* p = reinterpret_cast<const char*>(w + (r0 + kTileRows + r) * w_stride);
-      for (uint64_t off = 0; off < w_stride; off += 64) _mm_prefetch(p + off, _MM_HINT_T1);
+      for (uint64_t off = 0; off < w_stride; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
     }
     const __mmask16 mask = static_cast<__mmask16>((1u << rows) - 1);
     float* yt = y + r0;
