@@ -10,7 +10,7 @@
 
 #include "quant/kernels.h"
 #include "quant/simd_avx2.h"
-#include "quant/simd_avx512.h"
+#include "quant/simd_intrinsics.h"
 
 namespace sluice::avx512 {
 

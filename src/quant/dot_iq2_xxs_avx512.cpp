@@ -15,7 +15,7 @@
 #include "quant/iq_grids.h"
 #include "quant/kernels.h"
 #include "quant/simd_avx2.h"
-#include "quant/simd_avx512.h"
+#include "quant/simd_intrinsics.h"
 
 namespace sluice::avx512 {
 

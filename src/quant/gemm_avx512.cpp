@@ -17,7 +17,7 @@
 #include "quant/gemm.h"
 #include "quant/iq_grids.h"
 #include "quant/kernels.h"
-#include "quant/simd_avx512.h"
+#include "quant/simd_intrinsics.h"
 
 namespace sluice::avx512 {
 
@@ -515,6 +515,12 @@ void gemm_impl(const GemmFormat& f, PackTileFn pack, int64_t n, const std::byte*
 
 }  // namespace
 
+// The Q4_K format with its AVX-512 unpacker is packed by pack_tile_q4_K, which addresses rows by
+// 32-bit offsets (up to 15 rows).
+bool gemm_packs_directly(const GemmFormat& f, uint64_t w_stride) {
+  return f.unpack == unpack_q4_K && w_stride * kTileRows < (uint64_t{1} << 31);
+}
+
 void gemm(const GemmFormat& f, int64_t n, const void* w, uint64_t w_stride, int64_t n_w,
           const void* x, uint64_t x_stride, int64_t n_x, float* y, uint64_t y_stride) {
   const auto* wb = static_cast<const std::byte*>(w);
@@ -524,8 +530,7 @@ void gemm(const GemmFormat& f, int64_t n, const void* w, uint64_t w_stride, int6
                                       n_x, y, y_stride);
   }
   if (f.act_type == GgmlType::Q8_K && n % kGemmUnit == 0) {
-    // The direct Q4_K packer addresses rows by 32-bit offsets (up to 15 rows).
-    if (f.unpack == unpack_q4_K && w_stride * kTileRows < (uint64_t{1} << 31)) {
+    if (gemm_packs_directly(f, w_stride)) {
       return gemm_impl<false, 32, true>(f, pack_tile_q4_K, n, wb, w_stride, n_w, xb, x_stride, n_x,
                                         y, y_stride);
     }

@@ -9,7 +9,7 @@
 #include "quant/blocks.h"
 #include "quant/gemm.h"
 #include "quant/iq_grids.h"
-#include "quant/simd_avx512.h"
+#include "quant/simd_intrinsics.h"
 
 namespace sluice::avx512 {
 

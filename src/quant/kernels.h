@@ -187,6 +187,9 @@ struct GemmFormat;
 namespace avx512 {
 void gemm(const GemmFormat& f, int64_t n, const void* w, uint64_t w_stride, int64_t n_w,
           const void* x, uint64_t x_stride, int64_t n_x, float* y, uint64_t y_stride);
+// Whether gemm packs tiles of this format straight from the blocks (Q4_K with its AVX-512
+// unpacker) rather than row by row through f.unpack.
+bool gemm_packs_directly(const GemmFormat& f, uint64_t w_stride);
 // gemm through the weight type's GemmFormat (quant/gemm.h); null for types without one.
 GemmFn gemm_kernel(GgmlType weight);
 // Decode dot kernels (dot_q8_0_avx512.cpp, dot_iq2_xxs_avx512.cpp, dot_kquants_avx512.cpp); the

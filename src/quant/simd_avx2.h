@@ -2,7 +2,7 @@
 // units compiled with -mavx2 -mfma -mf16c: the inline functions use those instructions directly.
 #pragma once
 
-#include <immintrin.h>
+#include "quant/simd_intrinsics.h"
 
 #include <cstdint>
 

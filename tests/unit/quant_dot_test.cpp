@@ -513,6 +513,8 @@ TEST(Gemm, DirectQ4KPackEqualsRowByRowPack) {
     }
     for (int64_t c = 0; c < n_x; ++c)
       v.quantize(random_activations(n, rng).data(), xq.data() + c * x_stride, n);
+    ASSERT_TRUE(avx512::gemm_packs_directly(fast, w_stride));
+    ASSERT_FALSE(avx512::gemm_packs_directly(portable, w_stride));
     std::vector<float> y0(n_w * n_x), y1(n_w * n_x);
     avx512::gemm(portable, n, w.data(), w_stride, n_w, xq.data(), x_stride, n_x, y0.data(), n_w);
     avx512::gemm(fast, n, w.data(), w_stride, n_w, xq.data(), x_stride, n_x, y1.data(), n_w);
