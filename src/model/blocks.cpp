@@ -217,17 +217,23 @@ constexpr int64_t kExpertBatchRows = 1024;
 // activations in one parallel pass, the down projections in a second round trip, and the scatter
 // in a last pass. One expert after another costs two or three pool synchronisations per expert,
 // and the serial copies, activations and scatters between them leave the other threads idle.
-// Each expert's numbers are those of the one-at-a-time path: same matmul cuts, same row code.
+// An expert's numbers do not depend on its batch: each output is its lone matmul's (same cut).
+// Buffers of run_expert_batches, kept across the calls of one layer (a streamed layer makes one
+// call per expert).
+struct ExpertScratch {
+  std::vector<float> xe, g, u, d;
+  std::vector<int64_t> first;  // first row of each expert of the batch in xe/g/u/d
+  std::vector<MatmulTask> tasks;
+};
+
 void run_expert_batches(ForwardContext& ctx,
                         const std::vector<std::pair<int, ExpertWeights>>& handed,
                         const std::vector<std::vector<int32_t>>& rows_of, const float* weights,
                         int n_used, ExpertActivation act, float limit, const float* xn,
-                        float* slot_out) {
+                        float* slot_out, ExpertScratch& scratch) {
   const int64_t n_embd = handed[0].second.gate.n_in;
   const int64_t n_ff = handed[0].second.gate.n_out;
-  std::vector<float> xe, g, u, d;
-  std::vector<int64_t> first;  // first row of each expert of the batch in xe/g/u/d
-  std::vector<MatmulTask> tasks;
+  auto& [xe, g, u, d, first, tasks] = scratch;
   for (size_t b0 = 0; b0 < handed.size();) {
     size_t b1 = b0;
     int64_t n_rows = 0;
@@ -312,36 +318,24 @@ void moe_experts(ForwardContext& ctx, int il, const int32_t* ids, const float* w
   ctx.issue_lookahead();
   int index = 0;
   ExpertWeights w;
-  if (ctx.experts.handed_weights_persist()) {
-    std::vector<std::pair<int, ExpertWeights>> handed;
-    while (ctx.experts.next(&index, &w)) handed.emplace_back(index, w);
-    if (!handed.empty()) {
-      n_embd = handed[0].second.gate.n_in;
-      const auto slots_size = static_cast<size_t>(n_tok * n_used * n_embd);
-      if (slot_out.size() < slots_size) slot_out.resize(slots_size);
-      run_expert_batches(ctx, handed, rows_of, weights, n_used, act, limit, xn, slot_out.data());
-    }
-  } else {
-    std::vector<float> xe, g, u, d;
-    while (ctx.experts.next(&index, &w)) {
-      const auto& rows = rows_of[index];
-      const int64_t m = static_cast<int64_t>(rows.size());
-      n_embd = w.gate.n_in;
-      const int64_t n_ff = w.gate.n_out;
-      const auto slots_size = static_cast<size_t>(n_tok * n_used * n_embd);
-      if (slot_out.size() < slots_size) slot_out.resize(slots_size);
-      xe.resize(m * n_embd);
-      for (int64_t r = 0; r < m; ++r)
-        std::copy_n(xn + (rows[r] / n_used) * n_embd, n_embd, xe.data() + r * n_embd);
-      g.resize(m * n_ff);
-      u.resize(m * n_ff);
-      d.resize(m * n_embd);
-      matmul_pair(ctx.pool, w.gate, w.up, xe.data(), m, g.data(), u.data());
-      activate_rows(w, act, limit, m, n_ff, g.data(), u.data());
-      matmul(ctx.pool, w.down, g.data(), m, d.data());
-      scatter_rows(w, rows, weights, n_embd, d.data(), slot_out.data());
-    }
+  // Experts whose weights stay valid until end() run together in batches; a streaming store
+  // recycles the previous expert's slot at each handout, so each of its experts is a batch alone.
+  std::vector<std::pair<int, ExpertWeights>> handed;
+  ExpertScratch scratch;
+  auto run = [&] {
+    n_embd = handed[0].second.gate.n_in;
+    const auto slots_size = static_cast<size_t>(n_tok * n_used * n_embd);
+    if (slot_out.size() < slots_size) slot_out.resize(slots_size);
+    run_expert_batches(ctx, handed, rows_of, weights, n_used, act, limit, xn, slot_out.data(),
+                       scratch);
+    handed.clear();
+  };
+  const bool together = ctx.experts.handed_weights_persist();
+  while (ctx.experts.next(&index, &w)) {
+    handed.emplace_back(index, w);
+    if (!together) run();
   }
+  if (!handed.empty()) run();
   ctx.experts.end();
   if (n_embd == 0) fail("internal: layer {} routed no tokens to any expert", il);
   ctx.pool.parallel_for(n_tok, [&](int64_t t0, int64_t t1) {
