@@ -60,6 +60,13 @@ struct Span {
   int32_t k0, k1;
 };
 
+// The smallest span holding sp[0..nb).
+Span hull(const Span* sp, int nb) {
+  Span h = sp[0];
+  for (int b = 1; b < nb; ++b) h = {std::min(h.k0, sp[b].k0), std::max(h.k1, sp[b].k1)};
+  return h;
+}
+
 thread_local std::vector<float> t_scores;  // (block tokens, kMaxDotRows, span)
 thread_local std::vector<float> t_acc;     // (block tokens, kMaxDotRows, head_dim_v)
 thread_local std::vector<float> t_rows;    // (kRun, v_dim) dequantized value rows
@@ -109,28 +116,25 @@ class Attender {
   void scores(const Tile* tl, const Span* sp, int nb, float* scores, int64_t stride,
               float* mx) const {
     const int64_t tile_stride = kMaxDotRows * stride;
-    if (tiles_.key_scores && k_pad_ == p_.head_dim_k) {
-      int32_t lo = sp[0].k0, hi = sp[0].k1;
-      for (int b = 1; b < nb; ++b) lo = std::min(lo, sp[b].k0), hi = std::max(hi, sp[b].k1);
-      const std::byte* rows[kRun];
-      for (int32_t a = lo; a < hi; a += kRun) {
-        const int n = std::min(kRun, hi - a);
-        for (int i = 0; i < n; ++i)
-          rows[i] = kv_.k_row(tl[0].seq, layer_, a + i) + tl[0].kvh * k_head_;
-        for (int b = 0; b < nb; ++b) {
-          const int32_t s = std::max(a, sp[b].k0), e = std::min(a + n, sp[b].k1);
-          if (s >= e) continue;
-          tiles_.key_scores(p_.head_dim_k, rows + (s - a), e - s, tl[b].q, p_.head_dim_k, tl[b].n_h,
-                            scores + b * tile_stride + (s - sp[b].k0), stride);
-        }
-      }
-    } else {
+    const bool tiled = tiles_.key_scores && k_pad_ == p_.head_dim_k;
+    const Span all = hull(sp, nb);
+    const std::byte* rows[kRun];
+    for (int32_t a = all.k0; a < all.k1; a += kRun) {
+      const int n = std::min(kRun, all.k1 - a);
+      for (int i = 0; i < n; ++i)
+        rows[i] = kv_.k_row(tl[0].seq, layer_, a + i) + tl[0].kvh * k_head_;
       for (int b = 0; b < nb; ++b) {
+        const int32_t s = std::max(a, sp[b].k0), e = std::min(a + n, sp[b].k1);
+        if (s >= e) continue;
+        float* out = scores + b * tile_stride + (s - sp[b].k0);
+        if (tiled) {
+          tiles_.key_scores(p_.head_dim_k, rows + (s - a), e - s, tl[b].q, p_.head_dim_k,
+                            tl[b].n_h, out, stride);
+          continue;
+        }
         for (int j = 0; j < tl[b].n_h; ++j) {
           const float* q = query(tl[b].q + j * p_.head_dim_k);
-          float* out = scores + b * tile_stride + j * stride - sp[b].k0;
-          for (int32_t k = sp[b].k0; k < sp[b].k1; ++k)
-            out[k] = kdot_(k_pad_, kv_.k_row(tl[b].seq, layer_, k) + tl[b].kvh * k_head_, q);
+          for (int32_t k = s; k < e; ++k) out[j * stride + k - s] = kdot_(k_pad_, rows[k - a], q);
         }
       }
     }
@@ -164,15 +168,13 @@ class Attender {
                        float* acc) const {
     const int64_t tile_stride = kMaxDotRows * stride;
     const int64_t acc_stride = int64_t{kMaxDotRows} * p_.head_dim_v;
-    int32_t lo = sp[0].k0, hi = sp[0].k1;
-    for (int b = 0; b < nb; ++b) {
+    for (int b = 0; b < nb; ++b)
       std::fill(acc + b * acc_stride, acc + b * acc_stride + tl[b].n_h * p_.head_dim_v, 0.0f);
-      lo = std::min(lo, sp[b].k0), hi = std::max(hi, sp[b].k1);
-    }
+    const Span all = hull(sp, nb);
     const float* rows[kRun];
     if (vt_ != KvType::kF32) t_rows.resize(static_cast<size_t>(kRun) * v_dim_);
-    for (int32_t a = lo; a < hi; a += kRun) {
-      const int n = std::min(kRun, hi - a);
+    for (int32_t a = all.k0; a < all.k1; a += kRun) {
+      const int n = std::min(kRun, all.k1 - a);
       for (int i = 0; i < n; ++i) {
         const std::byte* raw = (p_.values_in_keys ? kv_.k_row(tl[0].seq, layer_, a + i)
                                                   : kv_.v_row(tl[0].seq, layer_, a + i)) +
@@ -271,13 +273,12 @@ void attention(ThreadPool& pool, const AttentionParams& p, const KvCache& kv, in
       for (int64_t it = begin; it < end; ++it) {
         const int64_t t0 = block_start[it / tpt], r = it % tpt;
         const int nb = static_cast<int>(block_start[it / tpt + 1] - t0);
-        int32_t lo = INT32_MAX, hi = 0;
         for (int b = 0; b < nb; ++b) {
           tl[b] = at.tile((t0 + b) * tpt + r);
           sp[b] = {tl[b].first, tl[b].last + 1};
-          lo = std::min(lo, sp[b].k0), hi = std::max(hi, sp[b].k1);
         }
-        const int64_t stride = hi - lo;
+        const Span all = hull(sp, nb);
+        const int64_t stride = all.k1 - all.k0;
         float* scores = scores_buffer(static_cast<size_t>(nb * kMaxDotRows * stride));
         t_acc.resize(static_cast<size_t>(nb * kMaxDotRows) * p.head_dim_v);
         at.scores(tl, sp, nb, scores, stride, mx);

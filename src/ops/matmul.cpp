@@ -59,6 +59,7 @@ struct Mat {
   const float* x = nullptr;
   const std::byte* xq = nullptr;  // activation rows in k.vec_dot_type (or x itself for F32)
   uint64_t xq_stride = 0;
+  bool converts = false;  // converts its activations itself (else reads x or the previous one's)
   int64_t n_tokens = 0;
   int64_t row_parts = 0, token_parts = 0, first_part = 0;
 };
@@ -230,14 +231,16 @@ void run_mats(ThreadPool& pool, Mat* mats, int n_mats) {
       continue;
     }
     mat.xq = xq;
+    mat.converts = true;
     xq += converted_bytes(mat);
     to_convert += mat.n_tokens;
   }
+  // Rows [r0, r1) of the concatenated rows of the converting matrices.
   auto convert = [&](int64_t r0, int64_t r1) {
     int64_t base = 0;
     for (int m = 0; m < n_mats && base < r1; ++m) {
       const Mat& mat = mats[m];
-      if (!mat.k.quantize || (m > 0 && mat.xq == mats[m - 1].xq)) continue;
+      if (!mat.converts) continue;
       const int64_t lo = std::max(r0 - base, int64_t{0}), hi = std::min(r1 - base, mat.n_tokens);
       auto* out = const_cast<std::byte*>(mat.xq);
       for (int64_t t = lo; t < hi; ++t)
