@@ -61,32 +61,13 @@ class PtyChat {
   // Reads until `needle` appears after position `from` of the transcript; returns its position or
   // npos on timeout or EOF.
   size_t wait_for(const std::string& needle, size_t from, double seconds = 10) {
-    const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
-    for (;;) {
-      const size_t at = out_.find(needle, from);
-      if (at != std::string::npos) return at;
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-      if (left <= 0) return std::string::npos;
-      pollfd p{fd_, POLLIN, 0};
-      if (poll(&p, 1, static_cast<int>(left)) <= 0) continue;
-      std::array<char, 4096> buf;
-      const ssize_t n = read(fd_, buf.data(), buf.size());
-      if (n <= 0) return std::string::npos;  // EIO: the child closed the terminal
-      out_.append(buf.data(), static_cast<size_t>(n));
-    }
+    size_t at = std::string::npos;
+    read_until([&] { return (at = out_.find(needle, from)) != std::string::npos; }, seconds);
+    return at;
   }
   // Reads until the transcript holds at least `size` bytes; false on timeout or EOF.
   bool wait_for_bytes(size_t size, double seconds = 10) {
-    const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
-    while (out_.size() < size && Clock::now() < deadline) {
-      pollfd p{fd_, POLLIN, 0};
-      if (poll(&p, 1, 10) <= 0) continue;
-      std::array<char, 4096> buf;
-      const ssize_t n = read(fd_, buf.data(), buf.size());
-      if (n <= 0) return false;
-      out_.append(buf.data(), static_cast<size_t>(n));
-    }
-    return out_.size() >= size;
+    return read_until([&] { return out_.size() >= size; }, seconds);
   }
   // Sends a line, then waits for the next prompt; returns the output in between.
   std::string turn(const std::string& line, double seconds = 10) {
@@ -116,6 +97,23 @@ class PtyChat {
   static constexpr const char* kPrompt = "you> ";
 
  private:
+  // Appends the child's output to the transcript until done() holds (true), or the deadline
+  // passes or the child closes the terminal (false).
+  template <class Done>
+  bool read_until(Done done, double seconds) {
+    const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+    for (;;) {
+      if (done()) return true;
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0) return false;
+      pollfd p{fd_, POLLIN, 0};
+      if (poll(&p, 1, static_cast<int>(left)) <= 0) continue;
+      std::array<char, 4096> buf;
+      const ssize_t n = read(fd_, buf.data(), buf.size());
+      if (n <= 0) return false;  // EIO: the child closed the terminal
+      out_.append(buf.data(), static_cast<size_t>(n));
+    }
+  }
   static inline int counter_ = 0;
   std::filesystem::path home_;
   pid_t pid_ = -1;
