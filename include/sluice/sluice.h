@@ -186,8 +186,7 @@ class Session {
   // Prompt tokens the last evaluate() or generate() took from the cache instead of computing.
   int reused() const;
   // Writes the context (tokens, the logits after the last one, the KV rows) to `path` atomically.
-  // Throws sluice::Error when the context is empty, this model's cache has no saved form
-  // (deepseek4), or on I/O failure.
+  // Throws sluice::Error when the context is empty or on I/O failure.
   // `app_data` travels with it (chat keeps its conversation there).
   void save(const std::string& path, const std::string& app_data = "") const;
   // Restores what save() wrote. Returns "" when restored; otherwise why the file does not fit this

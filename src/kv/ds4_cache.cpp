@@ -2,6 +2,8 @@
 // kBlock/r rows so memory follows the positions held, like the plain cache's blocks.
 #include "kv/ds4_cache.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -9,11 +11,13 @@
 
 namespace sluice {
 
-void ds4_require_f32_kv(const KvCacheConfig& config) {
-  if (config.type_k != KvType::kF32 || config.type_v != KvType::kF32)
-    fail("deepseek4 keeps its KV cache (window ring, pooled rows, compressor states) in f32 only; "
-         "--cache-type-k {} --cache-type-v {} is not supported for this model",
-         kv_type_name(config.type_k), kv_type_name(config.type_v));
+KvType ds4_row_type(const KvCacheConfig& config) {
+  if (config.type_v != KvType::kF32 && config.type_v != config.type_k)
+    fail(
+        "deepseek4 caches keys that are also the values, stored as --cache-type-k ({}); "
+        "--cache-type-v {} would need a second copy: leave it unset or give the same type",
+        kv_type_name(config.type_k), kv_type_name(config.type_v));
+  return config.type_k;
 }
 
 namespace {
@@ -26,18 +30,19 @@ uint64_t Ds4CacheShape::bytes_per_position() const {
   for (int r : ratio)
     if (r != 0)
       per_block +=
-          static_cast<uint64_t>(KvCache::kBlock / r) * (head_dim + (r == 4 ? index_dim : 0)) * kF32;
+          static_cast<uint64_t>(KvCache::kBlock / r) * (key_bytes() + (r == 4 ? index_bytes() : 0));
   return per_block / KvCache::kBlock;
 }
 
 uint64_t Ds4CacheShape::fixed_bytes() const {
-  uint64_t floats = 0;
+  uint64_t bytes = 0;
   for (int r : ratio) {
-    floats += static_cast<uint64_t>(window_slots()) * head_dim;
-    if (r != 0) floats += static_cast<uint64_t>(state_slots(r)) * 2 * state_width(r) * head_dim;
-    if (r == 4) floats += static_cast<uint64_t>(state_slots(r)) * 4 * index_dim;
+    bytes += static_cast<uint64_t>(window_slots()) * key_bytes();
+    if (r != 0)
+      bytes += static_cast<uint64_t>(state_slots(r)) * 2 * state_width(r) * head_dim * kF32;
+    if (r == 4) bytes += static_cast<uint64_t>(state_slots(r)) * 4 * index_dim * kF32;
   }
-  return floats * kF32;
+  return bytes;
 }
 
 Ds4KvCache::Ds4KvCache(Ds4CacheShape shape, int n_ctx) : KvCache(n_ctx), shape_(std::move(shape)) {
@@ -63,7 +68,7 @@ Ds4KvCache::Seq& Ds4KvCache::seq_ref(int seq) {
     for (size_t il = 0; il < shape_.ratio.size(); ++il) {
       const int r = shape_.ratio[il];
       Layer& L = s->layers[il];
-      L.window.reset(new float[static_cast<size_t>(shape_.window_slots()) * shape_.head_dim]());
+      L.window.reset(new std::byte[shape_.window_slots() * shape_.key_bytes()]());
       if (r != 0)
         L.state.reset(new float[static_cast<size_t>(Ds4CacheShape::state_slots(r)) * 2 *
                                 Ds4CacheShape::state_width(r) * shape_.head_dim]());
@@ -86,7 +91,7 @@ void Ds4KvCache::reserve(int seq, int n) {
     if (r == 0) continue;
     auto& ch = s.layers[il].chunks;
     while (ch.size() < n_chunks)
-      ch.emplace_back(new float[static_cast<size_t>(kBlock / r) * row_width(static_cast<int>(il))]);
+      ch.emplace_back(new std::byte[(kBlock / r) * chunk_row_bytes(static_cast<int>(il))]);
   }
 }
 
@@ -128,7 +133,7 @@ void Ds4KvCache::copy_prefix(int src, int dst, int n) {
     const int r = shape_.ratio[il];
     const Layer& a = from.layers[il];
     Layer& b = to.layers[il];
-    std::memcpy(b.window.get(), a.window.get(), kF32 * shape_.window_slots() * shape_.head_dim);
+    std::memcpy(b.window.get(), a.window.get(), shape_.window_slots() * shape_.key_bytes());
     if (r != 0)
       std::memcpy(b.state.get(), a.state.get(),
                   kF32 * Ds4CacheShape::state_slots(r) * 2 * Ds4CacheShape::state_width(r) *
@@ -136,9 +141,9 @@ void Ds4KvCache::copy_prefix(int src, int dst, int n) {
     if (r == 4)
       std::memcpy(b.index_state.get(), a.index_state.get(),
                   kF32 * Ds4CacheShape::state_slots(r) * 4 * shape_.index_dim);
-    const size_t chunk = static_cast<size_t>(r ? kBlock / r : 0) * row_width(static_cast<int>(il));
+    const uint64_t chunk = (r ? kBlock / r : 0) * chunk_row_bytes(static_cast<int>(il));
     for (size_t c = 0; c < b.chunks.size() && c < a.chunks.size(); ++c)
-      std::memcpy(b.chunks[c].get(), a.chunks[c].get(), kF32 * chunk);
+      std::memcpy(b.chunks[c].get(), a.chunks[c].get(), chunk);
   }
   to.length = from.length;
   truncate(dst, n);
@@ -153,15 +158,14 @@ uint64_t Ds4KvCache::allocated_bytes() const {
       const int r = shape_.ratio[il];
       if (r != 0)
         b += s->layers[il].chunks.size() * static_cast<uint64_t>(kBlock / r) *
-             row_width(static_cast<int>(il)) * kF32;
+             chunk_row_bytes(static_cast<int>(il));
     }
   }
   return b;
 }
 
-float* Ds4KvCache::window_row(int seq, int il, int pos) {
-  return seqs_[seq]->layers[il].window.get() +
-         static_cast<size_t>(pos % shape_.window_slots()) * shape_.head_dim;
+std::byte* Ds4KvCache::window_row(int seq, int il, int pos) {
+  return seqs_[seq]->layers[il].window.get() + (pos % shape_.window_slots()) * shape_.key_bytes();
 }
 
 float* Ds4KvCache::state_row(int seq, int il, int pos) {
@@ -176,17 +180,76 @@ float* Ds4KvCache::index_state_row(int seq, int il, int pos) {
          static_cast<size_t>(pos % Ds4CacheShape::state_slots(4)) * 4 * shape_.index_dim;
 }
 
-float* Ds4KvCache::chunk_row(int seq, int il, int block) {
+std::byte* Ds4KvCache::chunk_row(int seq, int il, int block) {
   const int per_chunk = kBlock / shape_.ratio[il];
   return seqs_[seq]->layers[il].chunks[block / per_chunk].get() +
-         static_cast<size_t>(block % per_chunk) * row_width(il);
+         (block % per_chunk) * chunk_row_bytes(il);
 }
 
-float* Ds4KvCache::pooled_row(int seq, int il, int block) {
+std::byte* Ds4KvCache::pooled_row(int seq, int il, int block) {
   return chunk_row(seq, il, block);
 }
-float* Ds4KvCache::index_row(int seq, int il, int block) {
-  return chunk_row(seq, il, block) + shape_.head_dim;
+
+std::byte* Ds4KvCache::index_row(int seq, int il, int block) {
+  return chunk_row(seq, il, block) + shape_.key_bytes();
+}
+
+template <class Fn>
+void Ds4KvCache::for_each_span(const Seq& s, int n, Fn&& fn) const {
+  for (size_t il = 0; il < s.layers.size(); ++il) {
+    const int r = shape_.ratio[il];
+    const Layer& L = s.layers[il];
+    fn(L.window.get(), shape_.window_slots() * shape_.key_bytes());
+    if (r == 0) continue;
+    fn(reinterpret_cast<std::byte*>(L.state.get()),
+       kF32 * Ds4CacheShape::state_slots(r) * 2 * Ds4CacheShape::state_width(r) * shape_.head_dim);
+    if (r == 4)
+      fn(reinterpret_cast<std::byte*>(L.index_state.get()),
+         kF32 * Ds4CacheShape::state_slots(r) * 4 * shape_.index_dim);
+    const int per_chunk = kBlock / r, blocks = (n + r - 1) / r;
+    for (int b = 0; b < blocks; b += per_chunk)
+      fn(L.chunks[b / per_chunk].get(),
+         std::min(per_chunk, blocks - b) * chunk_row_bytes(static_cast<int>(il)));
+  }
+}
+
+std::vector<std::byte> Ds4KvCache::export_prefix(int seq, int n) const {
+  const Seq* s = find(seq);
+  if (!s || s->in_flight || n <= 0 || n > s->length || s->length - n > Ds4CacheShape::kRollback)
+    return {};
+  std::vector<std::byte> out;
+  for_each_span(*s, n,
+                [&](const std::byte* p, uint64_t bytes) { out.insert(out.end(), p, p + bytes); });
+  return out;
+}
+
+void Ds4KvCache::import_prefix(int seq, int n, const std::vector<std::byte>& data) {
+  if (n <= 0 || n > n_ctx())
+    fail("KV state of {} positions does not fit the context of {}", n, n_ctx());
+  remove(seq);
+  reserve(seq, n);
+  Seq& s = seq_ref(seq);
+  uint64_t need = 0;
+  for_each_span(s, n, [&](const std::byte*, uint64_t bytes) { need += bytes; });
+  if (data.size() != need) {
+    remove(seq);
+    fail("KV state has {} bytes, a deepseek4 cache of {} positions needs {}", data.size(), n, need);
+  }
+  size_t at = 0;
+  for_each_span(s, n, [&](std::byte* p, uint64_t bytes) {
+    std::memcpy(p, data.data() + at, bytes);
+    at += bytes;
+  });
+  s.length = n;
+  s.in_flight = false;
+}
+
+std::string Ds4KvCache::layout_id() const {
+  std::string ratios;
+  for (int r : shape_.ratio) ratios += fmt::format("{}{}", ratios.empty() ? "" : ",", r);
+  return fmt::format("deepseek4 {} D={} Id={} W={} rollback={} ratios={}",
+                     kv_type_name(shape_.type), shape_.head_dim, shape_.index_dim, shape_.window,
+                     Ds4CacheShape::kRollback, ratios);
 }
 
 }  // namespace sluice

@@ -3,6 +3,8 @@
 // stores position p in slot p mod ring_slots.
 #include "kv/kv_cache.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -321,7 +323,6 @@ std::vector<std::byte> KvCache::export_prefix(int seq, int n) const {
 }
 
 void KvCache::import_prefix(int seq, int n, const std::vector<std::byte>& data) {
-  if (!exportable()) fail("this model's KV cache has no saved form to restore");
   if (n < 0 || n > n_ctx()) fail("KV state of {} positions does not fit the context of {}", n, n_ctx());
   remove(seq);
   Seq& s = seq_ref(seq);
@@ -355,6 +356,27 @@ void KvCache::import_prefix(int seq, int n, const std::vector<std::byte>& data) 
     fail("KV state has {} bytes, {} expected for {} positions", data.size(), at, n);
   }
   s.length = n;
+}
+
+std::string KvCache::layout_id() const {
+  const KvLayout& l = layout_;
+  std::string s = fmt::format("k={} v={} step={} layers={}", kv_type_name(l.config.type_k),
+                              kv_type_name(l.config.type_v), l.config.max_step, l.layers.size());
+  for (size_t il = 0; il < l.layers.size(); ++il) {
+    const KvLayerShape& x = l.layers[il];
+    s += fmt::format(" {}x{}/{}w{}r{}", x.n_head, x.head_dim_k, x.head_dim_v, x.window,
+                     l.ring_slots(static_cast<int>(il)));
+  }
+  return s;
+}
+
+int KvCache::max_rollback() const {
+  // A ring of window + max_step rows keeps the window behind any position at most max_step back.
+  int most = n_ctx();
+  for (int l = 0; l < n_layer(); ++l)
+    if (layout_.ring_slots(l))
+      most = std::min(most, layout_.ring_slots(l) - layout_.layers[l].window);
+  return most;
 }
 
 }  // namespace sluice

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "quant/types.h"
@@ -116,9 +117,14 @@ class KvCache {
   // The sequence's first `n` positions as bytes (kv/kv_state.h frames them with a header), and
   // back. export_prefix returns an empty vector when the rows of that prefix are no longer held
   // (a ring moved past them); import_prefix replaces the sequence.
-  virtual bool exportable() const { return true; }
   virtual std::vector<std::byte> export_prefix(int seq, int n) const;
   virtual void import_prefix(int seq, int n, const std::vector<std::byte>& data);
+  // The layout in words ("k=q8_0 v=q8_0 step=512 layers=…"): exported rows are only meaningful to
+  // a cache with the same id, so saved states are tagged with it.
+  virtual std::string layout_id() const;
+  // Most positions a sequence can be cut back by (truncate, or a restored state shortened to the
+  // prefix a prompt shares) and keep the rest: rings hold only so many rows behind the last one.
+  virtual int max_rollback() const;
 
  protected:
   // For subclasses that manage their own storage.

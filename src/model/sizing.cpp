@@ -113,7 +113,7 @@ KvEstimate estimate_kv(const ModelSummary& m, int64_t ctx, const KvCacheConfig& 
   if (m.arch == "deepseek4") {
     // The cache's own rule (kv/ds4_cache.h): pooled rows and indexer keys per position, plus the
     // window ring and compressor states of every layer.
-    ds4_require_f32_kv(config);
+    const KvType row_type = ds4_row_type(config);
     if (!m.key_length || !m.sliding_window || static_cast<int64_t>(m.compress_ratios.size()) < kv.n_layer) return kv;
     Ds4CacheShape shape;
     shape.ratio.assign(m.compress_ratios.begin(), m.compress_ratios.begin() + kv.n_layer);
@@ -122,6 +122,7 @@ KvEstimate estimate_kv(const ModelSummary& m, int64_t ctx, const KvCacheConfig& 
     shape.head_dim = static_cast<int>(*m.key_length);
     shape.index_dim = static_cast<int>(m.indexer_key_length.value_or(0));
     shape.window = static_cast<int>(*m.sliding_window);
+    shape.type = row_type;
     kv.bytes_per_token = shape.bytes_per_position();
     kv.fixed_bytes = shape.fixed_bytes();
   } else {

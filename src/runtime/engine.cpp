@@ -221,10 +221,9 @@ int Session::reused() const { return impl_->reused; }
 void Session::save(const std::string& path, const std::string& app_data) const {
   const Impl& s = *impl_;
   if (s.tokens.empty()) fail("nothing to save: the session holds no tokens");
-  if (!s.kv->exportable()) fail("this model's KV cache ({}) cannot be saved", s.engine->info.architecture);
   KvState st;
   st.model_id = s.engine->model_id();
-  st.kv_id = kv_layout_id(s.kv->layout());
+  st.kv_id = s.kv->layout_id();
   st.app_data = app_data;
   st.tokens = s.tokens;
   st.logits = s.logits;
@@ -237,8 +236,7 @@ std::string Session::load(const std::string& path, std::string* app_data) {
   KvState st = read_kv_state(path);
   if (st.model_id != s.engine->model_id())
     return fmt::format("'{}' was saved with another model file ({}; this is {})", path, st.model_id, s.engine->model_id());
-  if (!s.kv->exportable()) return fmt::format("this model's KV cache ({}) cannot be restored", s.engine->info.architecture);
-  const std::string layout = kv_layout_id(s.kv->layout());
+  const std::string layout = s.kv->layout_id();
   if (st.kv_id != layout)
     return fmt::format("'{}' holds a KV cache of another type or layout ({}; this session: {})", path, st.kv_id, layout);
   if (st.tokens.empty() || static_cast<int>(st.tokens.size()) > s.kv->n_ctx())

@@ -49,12 +49,14 @@ KvDisk::KvDisk(std::string dir, uint64_t max_bytes, std::string model_id, std::s
   evict();
 }
 
-std::optional<KvState> KvDisk::take(const std::vector<int32_t>& prompt, int than, int* common) {
+std::optional<KvState> KvDisk::take(const std::vector<int32_t>& prompt, int than, int max_drop,
+                                    int* common) {
   Entry* best = nullptr;
   int best_common = than;
   for (Entry& e : entries_) {
     const int c = reusable_prefix(e.tokens, prompt);
-    if (c > best_common) best = &e, best_common = c;
+    if (c > best_common && static_cast<int64_t>(e.tokens.size()) - c <= max_drop)
+      best = &e, best_common = c;
   }
   if (!best) {
     ++stats_.misses;

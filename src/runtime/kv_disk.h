@@ -31,8 +31,10 @@ class KvDisk {
   KvDisk(std::string dir, uint64_t max_bytes, std::string model_id, std::string kv_id);
 
   // The state sharing the longest reusable prefix with `prompt`, when longer than `than` tokens
-  // (its reusable length in *common); counts a hit or a miss.
-  std::optional<KvState> take(const std::vector<int32_t>& prompt, int than, int* common);
+  // (its reusable length in *common); counts a hit or a miss. A state is only usable when cutting
+  // it back to that prefix drops at most `max_drop` positions (the cache's max_rollback).
+  std::optional<KvState> take(const std::vector<int32_t>& prompt, int than, int max_drop,
+                              int* common);
   // Stores a context unless the same tokens are already on disk.
   void put(const std::vector<int32_t>& tokens, std::vector<std::byte> kv);
   const KvDiskStats& stats() const { return stats_; }

@@ -91,17 +91,6 @@ std::string model_fingerprint(const gguf::File& file) {
   return fmt::format("{} {} bytes #{:016x}", file.get_string_or("general.architecture", "?"), size, h);
 }
 
-std::string kv_layout_id(const KvLayout& l) {
-  std::string s = fmt::format("k={} v={} step={} layers={}", kv_type_name(l.config.type_k),
-                              kv_type_name(l.config.type_v), l.config.max_step, l.layers.size());
-  for (size_t il = 0; il < l.layers.size(); ++il) {
-    const KvLayerShape& x = l.layers[il];
-    s += fmt::format(" {}x{}/{}w{}r{}", x.n_head, x.head_dim_k, x.head_dim_v, x.window,
-                     l.ring_slots(static_cast<int>(il)));
-  }
-  return s;
-}
-
 void write_kv_state(const std::string& path, const KvState& st) {
   Sink s;
   s.bytes(kMagic, sizeof kMagic);

@@ -21,7 +21,7 @@ namespace sluice {
 
 struct KvState {
   std::string model_id;  // model_fingerprint() of the file the state was computed with
-  std::string kv_id;     // kv_layout_id() of the cache it came from
+  std::string kv_id;     // KvCache::layout_id() of the cache it came from
   std::string app_data;  // the front end's own (chat: the conversation as JSON); may be empty
   std::vector<int32_t> tokens;
   std::vector<float> logits;  // after the last token (n_vocab values); may be empty
@@ -33,9 +33,6 @@ inline constexpr uint32_t kKvStateVersion = 1;
 // The model file's identity: architecture, size, tensor names, types, shapes and offsets, and the
 // first bytes of every tensor's data (another quantization or other weights change it).
 std::string model_fingerprint(const gguf::File& file);
-// The cache layout in words ("k=q8_0 v=q8_0 step=512 layers=…"): rows saved under one layout are
-// only meaningful to a cache of the same.
-std::string kv_layout_id(const KvLayout& layout);
 
 // Writes atomically (temporary file + rename); throws sluice::Error on I/O failure.
 void write_kv_state(const std::string& path, const KvState& state);

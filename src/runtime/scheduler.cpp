@@ -124,8 +124,8 @@ struct Scheduler::Impl {
       : public_engine(e), engine(engine_impl(e)), lease(engine, "a Scheduler"), options(o) {
     kv = engine.make_kv_cache(engine.n_ctx);
     if (!o.kv_disk_dir.empty()) {
-      if (!kv->exportable()) fail("--kv-disk: this model's KV cache ({}) has no saved form", engine.info.architecture);
-      disk = std::make_unique<KvDisk>(o.kv_disk_dir, o.kv_disk_max, engine.model_id(), kv_layout_id(kv->layout()));
+      disk = std::make_unique<KvDisk>(o.kv_disk_dir, o.kv_disk_max, engine.model_id(),
+                                      kv->layout_id());
     }
     slots.resize(o.n_parallel);
     for (int i = 0; i < o.n_parallel; ++i) slots[i].id = i;
@@ -153,7 +153,8 @@ struct Scheduler::Impl {
     // The slot's context past what this request keeps is evicted: to disk when asked.
     if (disk && kv->length(s.id) > best) persist(s);
     int from_disk = 0;
-    std::optional<KvState> st = disk ? disk->take(prompt, best, &from_disk) : std::nullopt;
+    std::optional<KvState> st =
+        disk ? disk->take(prompt, best, kv->max_rollback(), &from_disk) : std::nullopt;
     if (st) {
       kv->import_prefix(s.id, static_cast<int>(st->tokens.size()), st->kv);
       kv->truncate(s.id, from_disk);

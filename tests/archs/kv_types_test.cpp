@@ -1,8 +1,9 @@
 // KV cache types and window rings on the reference models: q8_0 K and V agree with an f32 cache on
-// the top-1 token of ≥ 92 % of prompt2's positions for every reference model with a prompt2,
-// f16/bf16 stay close to the reference engine's logits, deepseek4 refuses
-// non-f32 types by name, and gpt-oss's window rings give the logits of full-length windowed layers
-// bit for bit over prompt2 (1116 tokens, window 64: the ring wraps many times).
+// the top-1 token of ≥ 92 % of prompt2's positions for every reference model with a prompt2 (78 %
+// for deepseek4, see below), f16/bf16 stay close to the reference engine's logits, deepseek4
+// refuses a value type other than its key type by name, and gpt-oss's window rings give the logits
+// of full-length windowed layers bit for bit over prompt2 (1116 tokens, window 64: the ring wraps
+// many times).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -68,14 +69,15 @@ TEST(KvTypes, Q8_0AgreesWithF32OnPrompt2OfEveryReferenceModel) {
     if (!fs::exists(kRef / (model + ".gguf"))) continue;
     SCOPED_TRACE(model);
     const auto toks = prompt_tokens(model, "prompt2");
-    if (model.rfind("deepseek4", 0) == 0) {
+    const bool ds4 = model.rfind("deepseek4", 0) == 0;
+    if (ds4) {
       try {
-        logits_with(model, toks, KvType::kQ8_0, KvType::kQ8_0);
-        ADD_FAILURE() << "deepseek4 accepted a q8_0 KV cache";
+        logits_with(model, toks, KvType::kF32, KvType::kQ8_0);
+        ADD_FAILURE() << "deepseek4 accepted a q8_0 value cache beside f32 keys";
       } catch (const Error& err) {
-        EXPECT_NE(std::string(err.what()).find("f32 only"), std::string::npos) << err.what();
+        EXPECT_NE(std::string(err.what()).find("--cache-type-v q8_0"), std::string::npos)
+            << err.what();
       }
-      continue;
     }
     const auto f32 = logits_with(model, toks, KvType::kF32, KvType::kF32);
     const auto q8 = logits_with(model, toks, KvType::kQ8_0, KvType::kQ8_0);
@@ -87,7 +89,13 @@ TEST(KvTypes, Q8_0AgreesWithF32OnPrompt2OfEveryReferenceModel) {
     // glm4moe); the misses come from near-tied routing decisions of these random-weight models
     // (see the f16 test), so single models move by ~1 % either way with any change of rounding.
     // This pins the level reached.
-    EXPECT_GE(agree, 0.92);
+    // deepseek4 (K is V; raw window keys, pooled rows and indexer keys all stored as q8_0) measured
+    // 0.8245: its random-weight reference model is ~5x more sensitive to any rounding of the
+    // cache than the others (bf16 0.896 against 0.982 for mixtral; f16 0.982). Rounding only the
+    // window keys gives 0.844, only the pooled and indexer rows 0.935; rotating keys by a Hadamard
+    // transform before rounding (llama.cpp's remedy for quantized caches) gave 0.853, too little to
+    // carry its cost. f16 and bf16 stay within the reference tolerance (next test).
+    EXPECT_GE(agree, ds4 ? 0.78 : 0.92);
     ++checked;
   }
   EXPECT_GE(checked, 5);
@@ -103,7 +111,8 @@ TEST(KvTypes, Q8_0AgreesWithF32OnPrompt2OfEveryReferenceModel) {
 // (0.003), mixtral 3 (0.003); bf16 every position. The bar here: median |Δ| of the reference top-1
 // logit ≤ 0.01 and top-1 agreement ≥ 0.9.
 TEST(KvTypes, F16AndBf16StayWithinTheReferenceTolerance) {
-  for (const char* model : {"qwen3moe-f32", "gptoss-f32", "deepseek2-f32", "glm4moe-f32", "mixtral-f32"}) {
+  for (const char* model : {"qwen3moe-f32", "gptoss-f32", "deepseek2-f32", "glm4moe-f32",
+                            "mixtral-f32", "deepseek4-f32"}) {
     std::ifstream in(kRef / (std::string(model) + ".prompt1.json"));
     const nlohmann::json ref = nlohmann::json::parse(in);
     const auto toks = ref["tokens"].get<std::vector<int32_t>>();

@@ -1,7 +1,9 @@
 // Saved sessions: a second engine restoring a 1000-token context and continuing it prefills only
-// the new tokens and gives the logits of one run over the whole text bit for bit; a state of
-// another KV type is refused with a reason (fresh start); truncated, foreign and damaged files are
-// errors naming what is wrong.
+// the new tokens and gives the logits of one run over the whole text bit for bit (gpt-oss with its
+// window rings; deepseek4 with its rings, pooled rows and compressor states, also when the
+// continuation leaves the saved text within the rings' rollback); a state of another KV type is
+// refused with a reason (fresh start); truncated, foreign and damaged files are errors naming what
+// is wrong.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -95,6 +97,52 @@ TEST(SessionState, ContinuingARestoredContextEqualsOneRun) {
     EXPECT_NE(expect_error([&] { restored->load(file.string()); }).find("not a sluice KV state"), std::string::npos);
     write("");
     EXPECT_NE(expect_error([&] { restored->load(file.string()); }).find("truncated"), std::string::npos);
+    fs::remove(file);
+  }
+}
+
+// With each stored key type: rings, compressor states and pooled/indexer rows restore exactly, and
+// a quantized cache reads the same rounded keys whether they came from this batch or the cache.
+TEST(SessionState, Deepseek4ContinuesARestoredContextExactly) {
+  for (KvType t : {KvType::kF32, KvType::kQ8_0}) {
+    SCOPED_TRACE(kv_type_name(t));
+    const auto toks = prompt2("deepseek4-f32");
+    const std::vector<int32_t> head(toks.begin(), toks.begin() + 1000);
+    const fs::path file =
+        fs::temp_directory_path() / ("sluice_session_ds4_" + std::to_string(getpid()));
+    {
+      auto engine = engine_for("deepseek4-f32", t);
+      auto s = engine->new_session();
+      s->evaluate(head);
+      s->save(file.string());
+    }
+    auto engine = engine_for("deepseek4-f32", t);
+    auto fresh = engine->new_session();
+    const auto once_span = fresh->evaluate(toks);
+    const std::vector<float> once(once_span.begin(), once_span.end());
+
+    // The whole saved text, then the rest of prompt2: only the 117 new tokens are evaluated, and
+    // the logits after the last one are those of one run.
+    auto restored = engine->new_session();
+    ASSERT_EQ(restored->load(file.string()), "");
+    const auto cont = restored->evaluate(toks);
+    EXPECT_EQ(restored->reused(), 1000);
+    ASSERT_EQ(cont.size(), once.size());
+    for (size_t i = 0; i < once.size(); ++i) ASSERT_EQ(cont[i], once[i]) << "logit " << i;
+
+    // A continuation that leaves the saved text 10 tokens before its end: the rings still hold
+    // position 990, so 990 tokens are reused and the logits are those of one run over that text.
+    std::vector<int32_t> other(toks.begin(), toks.begin() + 990);
+    other.insert(other.end(), toks.begin() + 1050, toks.begin() + 1080);
+    auto fresh_other = engine->new_session();
+    const auto want_span = fresh_other->evaluate(other);
+    const std::vector<float> want(want_span.begin(), want_span.end());
+    auto back = engine->new_session();
+    ASSERT_EQ(back->load(file.string()), "");
+    const auto got = back->evaluate(other);
+    EXPECT_EQ(back->reused(), 990);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << "logit " << i;
     fs::remove(file);
   }
 }

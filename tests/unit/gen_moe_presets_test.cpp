@@ -268,8 +268,12 @@ TEST(GenMoePresets, CutDownFilesHaveTheLayoutKeysAndClasses) {
       const auto cache = model->make_kv_cache(static_cast<int>(rt.kv.ctx), o.kv);
       EXPECT_EQ(cache->bytes_per_position(), rt.kv.bytes_per_token);
       EXPECT_EQ(cache->bytes_for(0), rt.kv.fixed_bytes);
-      if (s.arch == "gpt-oss") EXPECT_GT(rt.kv.fixed_bytes, 0u);
-      if (t == KvType::kQ8_0) EXPECT_LT(rt.kv.bytes_per_token * 3, report.kv.bytes_per_token);
+      if (s.arch == "gpt-oss") {
+        EXPECT_GT(rt.kv.fixed_bytes, 0u);
+      }
+      if (t == KvType::kQ8_0) {
+        EXPECT_LT(rt.kv.bytes_per_token * 3, report.kv.bytes_per_token);
+      }
     }
 
     // The engine streams the routed experts inspect counts (none of the nextn layer's), gpt-oss's

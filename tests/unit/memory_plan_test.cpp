@@ -179,12 +179,13 @@ TEST(MemoryPlan, InspectPlansWhatEngineLoadDoesPerKvType) {
   }
 }
 
-// deepseek4 keeps its cache in f32 only: inspect refuses other types with the engine's message.
+// deepseek4's keys are its values: inspect refuses a value type other than the key type with the
+// engine's message, and sizes a q8_0 cache.
 TEST(MemoryPlan, InspectRefusesKvTypesTheEngineRefuses) {
   const std::string path = test::testdata("reference/deepseek4-f32.gguf");
   auto file = gguf::File::open(path);
   SizingOptions o{512, uint64_t{256} << 20, 1};
-  o.kv = engine_kv_config(KvType::kQ8_0, KvType::kF32);
+  o.kv = engine_kv_config(KvType::kF32, KvType::kQ8_0);
   std::string inspect_err, engine_err;
   try {
     analyze_model(*file, o);
@@ -192,14 +193,18 @@ TEST(MemoryPlan, InspectRefusesKvTypesTheEngineRefuses) {
     inspect_err = e.what();
   }
   try {
-    Engine::load({.model_path = path, .n_threads = 1, .n_ctx = 512, .kv_type_k = KvType::kQ8_0});
+    Engine::load({.model_path = path, .n_threads = 1, .n_ctx = 512, .kv_type_v = KvType::kQ8_0});
   } catch (const Error& e) {
     engine_err = e.what();
   }
-  EXPECT_NE(inspect_err.find("f32 only"), std::string::npos) << inspect_err;
+  EXPECT_NE(inspect_err.find("--cache-type-v q8_0"), std::string::npos) << inspect_err;
   EXPECT_NE(engine_err.find(inspect_err), std::string::npos) << engine_err;
   o.kv = engine_kv_config(KvType::kF32, KvType::kF32);
-  EXPECT_GT(analyze_model(*file, o).kv.bytes, 0u);
+  const uint64_t f32 = analyze_model(*file, o).kv.bytes;
+  o.kv = engine_kv_config(KvType::kQ8_0, KvType::kQ8_0);
+  const uint64_t q8 = analyze_model(*file, o).kv.bytes;
+  EXPECT_GT(f32, 0u);
+  EXPECT_LT(q8 * 3, f32 * 2) << "q8_0 rows should be ~0.27x f32; states stay f32";
 }
 
 // inspect --ram B and run --mem-limit B on the same file and context: same placement, cache and KV.

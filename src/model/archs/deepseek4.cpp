@@ -196,14 +196,10 @@ class DeepSeek4 final : public Model {
   }
 
   std::unique_ptr<KvCache> make_kv_cache(int n_ctx, const KvCacheConfig& config) const override {
-    // The window ring, pooled rows and compressor states are f32: the compressors keep running
-    // softmax-pooled sums in them and the indexer scores against them, which lower-precision rows
-    // would change in ways no reference pins yet.
-    ds4_require_f32_kv(config);
-    return std::make_unique<Ds4KvCache>(cache_shape(), n_ctx);
+    return std::make_unique<Ds4KvCache>(cache_shape(ds4_row_type(config)), n_ctx);
   }
 
-  Ds4CacheShape cache_shape() const { return {ratio_, D_, Id_, W_}; }
+  Ds4CacheShape cache_shape(KvType type) const { return {ratio_, D_, Id_, W_, type}; }
 
  protected:
   int residual_streams() const override { return hc_.n_streams; }
