@@ -110,10 +110,15 @@ Json to_json(const gguf::File& file, const ModelReport& r, bool with_metadata) {
   for (const auto& s : r.expert_shapes)
     shapes.push_back({{"layers", s.layers}, {"experts", s.n_experts}, {"bytes_per_expert", s.bytes_per_expert}});
   j["routed_expert_shapes"] = shapes;
-  j["kv_cache"] = {{"ctx", r.kv.ctx}, {"layers", r.kv.n_layer}, {"bytes_per_token", r.kv.bytes_per_token},
-                   {"fixed_bytes", r.kv.fixed_bytes}, {"bytes", r.kv.bytes},
-                   {"type", kv_type_name(r.kv.type_k)}, {"type_k", kv_type_name(r.kv.type_k)},
-                   {"type_v", kv_type_name(r.kv.type_v)}};
+  j["kv_cache"] = {{"ctx", r.kv.ctx},
+                   {"layers", r.kv.n_layer},
+                   {"bytes_per_token", r.kv.bytes_per_token},
+                   {"fixed_bytes", r.kv.fixed_bytes},
+                   {"bytes", r.kv.bytes},
+                   {"type", kv_type_name(r.kv.type_k)},
+                   {"type_k", kv_type_name(r.kv.type_k)},
+                   {"type_v", kv_type_name(r.kv.type_v)},
+                   {"values_are_keys", r.kv.values_are_keys}};
   const Verdict& v = r.verdict;
   j["verdict"] = {{"ram", v.ram}, {"resident_bytes", v.resident}, {"kv_bytes", v.kv},
                   {"routed_bytes", v.routed}, {"reserved", v.reserved}, {"expert_budget", v.expert_budget},
@@ -210,10 +215,14 @@ void print_human(const gguf::File& file, const ModelReport& r, bool with_metadat
   for (const auto& s : r.expert_shapes)
     fmt::print("routed expert, layers {}: {} experts x {} ({} B)\n", format_layers(s.layers), s.n_experts,
                format_bytes(s.bytes_per_expert), s.bytes_per_expert);
-  fmt::print("\nKV cache at ctx {} (K {}, V {}{}): {} layers, {} B/token{}, {}\n", r.kv.ctx, kv_type_name(r.kv.type_k),
-             kv_type_name(r.kv.type_v), m.is_mla ? ", MLA latent" : "",
-             r.kv.n_layer, r.kv.bytes_per_token,
-             r.kv.fixed_bytes ? fmt::format(" + {} fixed", format_bytes(r.kv.fixed_bytes)) : "", format_bytes(r.kv.bytes));
+  const std::string value_type = r.kv.values_are_keys
+                                     ? std::string("values are the keys")
+                                     : fmt::format("V {}", kv_type_name(r.kv.type_v));
+  fmt::print("\nKV cache at ctx {} (K {}, {}{}): {} layers, {} B/token{}, {}\n", r.kv.ctx,
+             kv_type_name(r.kv.type_k), value_type, m.is_mla ? ", MLA latent" : "", r.kv.n_layer,
+             r.kv.bytes_per_token,
+             r.kv.fixed_bytes ? fmt::format(" + {} fixed", format_bytes(r.kv.fixed_bytes)) : "",
+             format_bytes(r.kv.bytes));
 
   const Verdict& v = r.verdict;
   fmt::print("\nRAM budget {}\n", format_bytes(v.ram));
@@ -277,7 +286,8 @@ int cmd_inspect(int argc, char** argv) {
   auto* flag = app.add_option("-m,--model", path, "the same, as a flag (as run and serve take it)")->excludes(positional);
   positional->excludes(flag);
   app.add_option("--ram", ram_text, "RAM to plan for, e.g. 32GB or 24GiB (default: memory available now)");
-  app.add_option("--ctx", ctx, "context length for the KV-cache estimate (default: the model's, at most 4096)")
+  app.add_option("-c,--ctx,--ctx-size", ctx,
+                 "context length for the KV-cache estimate (default: the model's, at most 4096)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   app.add_option("--slots", opts.slots, "sequences with a full KV cache each, as serve --parallel (default 1)")
       ->check(CLI::Range(1, 256));

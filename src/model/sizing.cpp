@@ -105,6 +105,7 @@ KvEstimate estimate_kv(const ModelSummary& m, int64_t ctx, const KvCacheConfig& 
   kv.ctx = ctx;
   kv.type_k = config.type_k;
   kv.type_v = config.type_v;
+  kv.values_are_keys = m.is_mla || m.arch == "deepseek4";
   // A layer count no real model comes near (a corrupt or hostile header) gets no estimate rather
   // than per-layer tables of its size; loading such a file fails on its missing tensors anyway.
   constexpr int64_t kMaxLayers = 1 << 16;

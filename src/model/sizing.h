@@ -63,6 +63,8 @@ struct KvEstimate {
   uint64_t fixed_bytes = 0;      // per sequence whatever its length (window rings; deepseek4 states)
   uint64_t bytes = 0;            // bytes_per_token · ctx + fixed_bytes
   KvType type_k = KvType::kF32, type_v = KvType::kF32;
+  bool values_are_keys =
+      false;  // MLA and deepseek4 read values from the key rows: type_v is unused
 };
 
 enum class VerdictLevel { NearInRam, Usable, TooSmall };
