@@ -209,9 +209,12 @@ TEST(ServeShutdown, SigtermLetsShortRequestsFinishAndEndsLongStreamsWithAnError)
                 R"({"prompt":"And God said","max_tokens":300,"temperature":0,"ignore_eos":true})",
                 "");
   });
-  std::this_thread::sleep_for(200ms);
-  ASSERT_EQ(metrics(server.port()).value("sluice_active_requests", 0.0), 2)
-      << "both requests should be running";
+  // Wait for the short request to be admitted (under a loaded test run it can take a while).
+  double active = 0;
+  for (const auto until = std::chrono::steady_clock::now() + 5s;
+       active < 2 && std::chrono::steady_clock::now() < until; std::this_thread::sleep_for(20ms))
+    active = metrics(server.port()).value("sluice_active_requests", 0.0);
+  ASSERT_EQ(active, 2) << "both requests should be running";
   const auto t0 = std::chrono::steady_clock::now();
   kill(server.pid(), SIGTERM);
   ssize_t n;
