@@ -4,7 +4,9 @@
 // - each stage streaming its experts under its own cgroup memory limit gives the in-RAM logits,
 //   with every stage's peak within its limit;
 // - a stage that stops responding (SIGSTOP: a hung process or an unreachable host) or dies
-//   (SIGKILL) makes the job exit non-zero within 10 s, naming the stage (or its rank).
+//   (SIGKILL) makes the job exit non-zero within 10 s, naming the stage (or its rank);
+// - with stages in separate network namespaces joined by veth (scripts/mpi-netns, root only) the
+//   logits are still those of one process, and the hidden states crossed the veth links.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -59,6 +61,40 @@ TEST_P(PipelineMpi, TwoAndThreeStagesGiveOneProcessLogits) {
     ASSERT_EQ(r.status, 0) << r.out;
     EXPECT_NE(r.out.find("stage " + std::to_string(n - 1) + ": rank"), std::string::npos) << r.out;
     EXPECT_EQ(read_file(out), expected) << stem << " in " << n << " stages";
+  }
+  fs::remove_all(dir);
+}
+
+// Three stages, ranks 1 and 2 each in its own network namespace: every hidden state crosses a veth
+// link (0 → 1 and 1 → 2 over the bridge), never shared memory or the loopback.
+TEST(PipelineMpiNetns, StagesInSeparateNetworkNamespacesGiveOneProcessLogits) {
+  if (geteuid() != 0) GTEST_SKIP() << "network namespaces need root";
+  if (sh("ip netns add sluice-probe-" + std::to_string(getpid()) + " && ip netns del sluice-probe-" +
+         std::to_string(getpid()))
+          .status != 0)
+    GTEST_SKIP() << "cannot create network namespaces here";
+  const std::string stem = "qwen3moe-256-q8_0";
+  const fs::path dir = fs::temp_directory_path() / ("sluice-netns-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const std::string args = "logits -t 1 --greedy 4 -m " + (kRef / (stem + ".gguf")).string() +
+                           " --tokens-from " + (kRef / (stem + ".prompt1.json")).string() + " -o ";
+  ShellResult one = sh(std::string(SLUICE_BIN) + " " + args + (dir / "one.json").string());
+  ASSERT_EQ(one.status, 0) << one.out;
+  ShellResult r = sh("MPIEXEC=" + std::string(SLUICE_MPIEXEC) + " " + SLUICE_SOURCE_DIR +
+                     "/scripts/mpi-netns 3 --oversubscribe -- " + SLUICE_BIN + " " + args +
+                     (dir / "netns.json").string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(read_file(dir / "netns.json"), read_file(dir / "one.json"));
+  // Each stage reports its namespace as its host, and each namespace's link brought in at least
+  // the hidden states of the prompt: 172 tokens × 256 floats = 176 KB.
+  for (int rank : {1, 2}) {
+    const std::string stage = "stage " + std::to_string(rank) + ": rank " + std::to_string(rank) + " on sluice-";
+    EXPECT_NE(r.out.find(stage), std::string::npos) << r.out;
+    const size_t at = r.out.find("mpi-netns: rank " + std::to_string(rank) + " ");
+    ASSERT_NE(at, std::string::npos) << r.out;
+    const size_t in = r.out.find("): ", at);
+    ASSERT_NE(in, std::string::npos) << r.out;
+    EXPECT_GT(std::stoull(r.out.substr(in + 3)), 100000u) << r.out;
   }
   fs::remove_all(dir);
 }
