@@ -38,9 +38,8 @@ uint64_t Ds4CacheShape::fixed_bytes() const {
   uint64_t bytes = 0;
   for (int r : ratio) {
     bytes += static_cast<uint64_t>(window_slots()) * key_bytes();
-    if (r != 0)
-      bytes += static_cast<uint64_t>(state_slots(r)) * 2 * state_width(r) * head_dim * kF32;
-    if (r == 4) bytes += static_cast<uint64_t>(state_slots(r)) * 4 * index_dim * kF32;
+    if (r != 0) bytes += state_floats(r) * kF32;
+    if (r == 4) bytes += index_state_floats() * kF32;
   }
   return bytes;
 }
@@ -69,12 +68,8 @@ Ds4KvCache::Seq& Ds4KvCache::seq_ref(int seq) {
       const int r = shape_.ratio[il];
       Layer& L = s->layers[il];
       L.window.reset(new std::byte[shape_.window_slots() * shape_.key_bytes()]());
-      if (r != 0)
-        L.state.reset(new float[static_cast<size_t>(Ds4CacheShape::state_slots(r)) * 2 *
-                                Ds4CacheShape::state_width(r) * shape_.head_dim]());
-      if (r == 4)
-        L.index_state.reset(
-            new float[static_cast<size_t>(Ds4CacheShape::state_slots(r)) * 4 * shape_.index_dim]());
+      if (r != 0) L.state.reset(new float[shape_.state_floats(r)]());
+      if (r == 4) L.index_state.reset(new float[shape_.index_state_floats()]());
     }
     seqs_[seq] = std::move(s);
   }
@@ -129,22 +124,11 @@ void Ds4KvCache::copy_prefix(int src, int dst, int n) {
   const Seq& from = *find(src);
   Seq& to = seq_ref(dst);
   reserve(dst, from.length);
-  for (size_t il = 0; il < shape_.ratio.size(); ++il) {
-    const int r = shape_.ratio[il];
-    const Layer& a = from.layers[il];
-    Layer& b = to.layers[il];
-    std::memcpy(b.window.get(), a.window.get(), shape_.window_slots() * shape_.key_bytes());
-    if (r != 0)
-      std::memcpy(b.state.get(), a.state.get(),
-                  kF32 * Ds4CacheShape::state_slots(r) * 2 * Ds4CacheShape::state_width(r) *
-                      shape_.head_dim);
-    if (r == 4)
-      std::memcpy(b.index_state.get(), a.index_state.get(),
-                  kF32 * Ds4CacheShape::state_slots(r) * 4 * shape_.index_dim);
-    const uint64_t chunk = (r ? kBlock / r : 0) * chunk_row_bytes(static_cast<int>(il));
-    for (size_t c = 0; c < b.chunks.size() && c < a.chunks.size(); ++c)
-      std::memcpy(b.chunks[c].get(), a.chunks[c].get(), chunk);
-  }
+  std::vector<std::byte*> dst_spans;
+  for_each_span(to, from.length, [&](std::byte* p, uint64_t) { dst_spans.push_back(p); });
+  size_t i = 0;
+  for_each_span(from, from.length,
+                [&](const std::byte* p, uint64_t bytes) { std::memcpy(dst_spans[i++], p, bytes); });
   to.length = from.length;
   truncate(dst, n);
 }
@@ -201,11 +185,9 @@ void Ds4KvCache::for_each_span(const Seq& s, int n, Fn&& fn) const {
     const Layer& L = s.layers[il];
     fn(L.window.get(), shape_.window_slots() * shape_.key_bytes());
     if (r == 0) continue;
-    fn(reinterpret_cast<std::byte*>(L.state.get()),
-       kF32 * Ds4CacheShape::state_slots(r) * 2 * Ds4CacheShape::state_width(r) * shape_.head_dim);
+    fn(reinterpret_cast<std::byte*>(L.state.get()), shape_.state_floats(r) * kF32);
     if (r == 4)
-      fn(reinterpret_cast<std::byte*>(L.index_state.get()),
-         kF32 * Ds4CacheShape::state_slots(r) * 4 * shape_.index_dim);
+      fn(reinterpret_cast<std::byte*>(L.index_state.get()), shape_.index_state_floats() * kF32);
     const int per_chunk = kBlock / r, blocks = (n + r - 1) / r;
     for (int b = 0; b < blocks; b += per_chunk)
       fn(L.chunks[b / per_chunk].get(),

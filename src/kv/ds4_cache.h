@@ -43,6 +43,13 @@ struct Ds4CacheShape {
   // one.
   static int state_slots(int r) { return (r == 4 ? 8 : r) + kRollback; }
   static int state_width(int r) { return r == 4 ? 2 : 1; }  // c: channel groups per compressor row
+  // Floats of a layer's compressor ring (ratio r ≠ 0) and of a ratio-4 layer's indexer ring.
+  uint64_t state_floats(int r) const {
+    return static_cast<uint64_t>(state_slots(r)) * 2 * state_width(r) * head_dim;
+  }
+  uint64_t index_state_floats() const {
+    return static_cast<uint64_t>(state_slots(4)) * 4 * index_dim;
+  }
   uint64_t key_bytes() const { return kv_head_bytes(type, head_dim); }  // a raw key or pooled row
   uint64_t index_bytes() const { return kv_head_bytes(type, index_dim); }  // an indexer key
   // Growth per position in bytes, and the fixed bytes of one sequence (rings and states): the
@@ -108,7 +115,7 @@ class Ds4KvCache final : public KvCache {
   // The sequence's storage in saved order, as (pointer, bytes) spans: per layer the window ring,
   // the compressor rings, then the pooled (+ indexer) rows of the blocks [0, ceil(n / r)). The
   // pointers are writable even for a const Seq (they are owned through unique_ptr), which import
-  // relies on.
+  // and copy_prefix rely on: export, import and copy all walk this one layout.
   template <class Fn>
   void for_each_span(const Seq& s, int n, Fn&& fn) const;
 

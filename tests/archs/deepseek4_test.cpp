@@ -114,9 +114,21 @@ TEST_F(Deepseek4, TwoSequencesInOneBatchEqualSeparateRuns) {
   }
   EXPECT_LE(max_diff(ra, ja), 1e-4);
   EXPECT_LE(max_diff(rb, jb), 1e-4);
-  // A copied prefix continues like the original.
+  // A copied prefix continues like the original, bit for bit.
   kv->copy_prefix(1, 5, 200);
   EXPECT_EQ(kv->length(5), 200);
+  auto continue_seq = [&](int seq) {
+    std::vector<float> got, step;
+    for (int i = 200; i < 210; ++i) {
+      Batch batch;
+      batch.add(all[i], i, seq, true);
+      l.model->forward(pool, batch, *kv, *l.experts, step);
+      got.insert(got.end(), step.begin(), step.end());
+    }
+    return got;
+  };
+  const std::vector<float> copied = continue_seq(5);
+  EXPECT_EQ(max_diff(continue_seq(1), copied), 0.0);
 }
 
 TEST_F(Deepseek4, CacheKeepsShortRewindsAndRestartsLongOnes) {

@@ -5,13 +5,13 @@
 // refused with a reason (fresh start); truncated, foreign and damaged files are errors naming what
 // is wrong.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <span>
 
 #include "sluice/sluice.h"
 
@@ -34,6 +34,16 @@ std::unique_ptr<Engine> engine_for(const std::string& model, KvType t = KvType::
 std::vector<int32_t> prompt2(const std::string& model) {
   std::ifstream in(kRef / (model + ".prompt2.json"));
   return nlohmann::json::parse(in)["tokens"].get<std::vector<int32_t>>();
+}
+
+// Bit-identical logits: the first differing one is named.
+::testing::AssertionResult same_logits(std::span<const float> got, std::span<const float> want) {
+  if (got.size() != want.size())
+    return ::testing::AssertionFailure() << got.size() << " logits, expected " << want.size();
+  for (size_t i = 0; i < want.size(); ++i)
+    if (got[i] != want[i])
+      return ::testing::AssertionFailure() << "logit " << i << ": " << got[i] << " vs " << want[i];
+  return ::testing::AssertionSuccess();
 }
 
 std::string expect_error(const std::function<void()>& f) {
@@ -70,8 +80,7 @@ TEST(SessionState, ContinuingARestoredContextEqualsOneRun) {
     EXPECT_EQ(restored->reused(), 1000);
     auto fresh = engine->new_session();
     const auto once = fresh->evaluate(toks);
-    ASSERT_EQ(continued.size(), once.size());
-    for (size_t i = 0; i < once.size(); ++i) ASSERT_EQ(continued[i], once[i]) << "logit " << i;
+    EXPECT_TRUE(same_logits(continued, once));
 
     // Another KV type: not restored, with the reason; the session stays as it was.
     auto other_engine = engine_for("gptoss-f32", t == KvType::kF32 ? KvType::kF16 : KvType::kF32);
@@ -127,8 +136,7 @@ TEST(SessionState, Deepseek4ContinuesARestoredContextExactly) {
     ASSERT_EQ(restored->load(file.string()), "");
     const auto cont = restored->evaluate(toks);
     EXPECT_EQ(restored->reused(), 1000);
-    ASSERT_EQ(cont.size(), once.size());
-    for (size_t i = 0; i < once.size(); ++i) ASSERT_EQ(cont[i], once[i]) << "logit " << i;
+    EXPECT_TRUE(same_logits(cont, once));
 
     // A continuation that leaves the saved text 10 tokens before its end: the rings still hold
     // position 990, so 990 tokens are reused and the logits are those of one run over that text.
@@ -141,8 +149,7 @@ TEST(SessionState, Deepseek4ContinuesARestoredContextExactly) {
     ASSERT_EQ(back->load(file.string()), "");
     const auto got = back->evaluate(other);
     EXPECT_EQ(back->reused(), 990);
-    ASSERT_EQ(got.size(), want.size());
-    for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << "logit " << i;
+    EXPECT_TRUE(same_logits(got, want));
     fs::remove(file);
   }
 }
