@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -30,6 +31,9 @@ struct SchedulerOptions {
   std::string kv_disk_dir{};  // --kv-disk: evicted prefixes (and idle slots at stop) go here
   uint64_t kv_disk_max = 0;  // --kv-disk-max: bytes the directory may hold (0: unlimited)
   DraftOptions draft{};     // speculative decoding of every request (requests cannot choose)
+  // Pipeline stage 0: called once, on the scheduler's thread, when the pipeline failed (a stage
+  // died, hung or disagreed); the requests it held have been answered with the error by then.
+  std::function<void(const std::string& why)> on_pipeline_failure{};
 };
 
 struct CompletionRequest {
@@ -58,6 +62,9 @@ class CompletionHandle {
   // Asks the scheduler to stop the request at the next token boundary and free its KV; a kDone
   // event with FinishReason::kCancelled follows (also sent, with timed_out, when the timeout passes).
   virtual void cancel() = 0;
+  // Cancels the request and makes its next event a kError with `message` at once, without waiting
+  // for the scheduler (which may be stuck on a dead pipeline stage); later events are dropped.
+  virtual void abandon(const std::string& message) = 0;
   // True once the final event (kDone or kError) has been taken by next().
   virtual bool finished() const = 0;
 };
@@ -91,6 +98,8 @@ struct SchedulerStats {
   uint64_t kv_disk_hits = 0, kv_disk_misses = 0;  // --kv-disk lookups that restored a prefix / did not
   uint64_t kv_disk_bytes_read = 0, kv_disk_bytes_written = 0, kv_disk_bytes = 0, kv_disk_skipped = 0;
   ExpertStats experts;             // snapshot taken after the last step
+  int pipeline_stages = 1;         // stages of the engine's pipeline (1: the whole model here)
+  std::string pipeline_error;      // set when a stage failed; the scheduler has stopped
 };
 
 class Scheduler {
@@ -102,9 +111,15 @@ class Scheduler {
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
+  // Only on a pipeline's stage 0 (or without a pipeline); another stage throws sluice::Error.
   Submission submit(CompletionRequest request);
   SchedulerStats stats() const;
   int n_ctx() const;  // context per request
+  // Pipeline stages after the first follow stage 0's scheduler: they take no requests, run the
+  // steps stage 0 orders and stop when it does. join() waits for that, and throws sluice::Error
+  // with the reason when the pipeline failed instead. (Elsewhere it waits for the destructor.)
+  bool follows() const;
+  void join();
 
   struct Impl;
 

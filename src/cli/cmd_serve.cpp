@@ -1,6 +1,8 @@
 // `sluice serve`: loads a model and serves the OpenAI / Anthropic HTTP API with continuous
-// batching (src/server). Signals are blocked before any thread starts so that only the server's
-// signal thread receives SIGINT/SIGTERM; SIGPIPE is ignored (a vanished client is a failed write).
+// batching (src/server). Signals are blocked (block_serve_signals, called by main before any
+// thread starts, MPI's included) so that only the server's signal thread receives SIGINT/SIGTERM;
+// SIGPIPE is ignored (a vanished client is a failed write). Under mpirun, stage 0 serves and the
+// other stages follow its scheduler.
 #include <fmt/format.h>
 #ifdef __GLIBC__
 #include <malloc.h>
@@ -11,11 +13,21 @@
 
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "cli/pipeline.h"
 #include "core/error.h"
 #include "core/units.h"
 #include "server/server.h"
 
 namespace sluice::cli {
+
+void block_serve_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+}
 
 int cmd_serve(int argc, char** argv) {
 #ifdef __GLIBC__
@@ -58,16 +70,19 @@ int cmd_serve(int argc, char** argv) {
   so.scheduler.draft = draft_options(df);
   if (so.model_name.empty()) so.model_name = std::filesystem::path(mf.model).stem().string();
 
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  block_serve_signals();
 
   EngineOptions eo = engine_options(mf);
   eo.kv_slots = so.scheduler.n_parallel;  // the memory plan counts every slot's KV cache
+  apply_pipeline(mf, eo);
+  pipeline_output_from(0);
   auto engine = Engine::load(eo);
+  if (pipeline_rank() != 0) {
+    // A later pipeline stage: no HTTP, it runs the steps stage 0's scheduler orders until it stops.
+    Scheduler follower(*engine, so.scheduler);
+    follower.join();
+    return 0;
+  }
   const ModelInfo& mi = engine->info();
   fmt::print(stderr, "model: {} ({}, {} layers, {} experts top-{}), loaded in {:.2f} s; {}\n", mf.model, mi.architecture,
              mi.n_layer, mi.n_expert, mi.n_expert_used, engine->load_seconds(), mi.experts_detail);

@@ -26,6 +26,9 @@ int cmd_chat(int argc, char** argv);
 int cmd_logits(int argc, char** argv);
 int cmd_perplexity(int argc, char** argv);
 int cmd_serve(int argc, char** argv);
+// Blocks SIGINT/SIGTERM in the calling thread, so in every thread started after it: serve takes
+// them on one thread of its own. main calls it before MPI starts its threads.
+void block_serve_signals();
 int cmd_render_template(int argc, char** argv);
 int cmd_pack_gguf(int argc, char** argv);
 int cmd_bench(int argc, char** argv);

@@ -82,6 +82,7 @@ int main(int argc, char** argv) {
     // Under mpirun with several processes each is a pipeline stage; an error on one ends all.
     int code = 0;
     try {
+      if (std::string_view(c.name) == "serve") sluice::cli::block_serve_signals();
       sluice::cli::pipeline_start(&argc, &argv, c.name);
       code = c.fn(argc - 1, argv + 1);
     } catch (const CLI::ParseError& e) {

@@ -78,10 +78,10 @@ void pipeline_start(int* argc, char*** argv, const char* command) {
 #ifdef SLUICE_HAVE_MPI
   world() = MpiWorld::start(argc, argv);
   const std::string c = command;
-  if (world() && c != "run" && c != "logits" && c != "bench" && c != "inspect")
+  if (world() && c != "run" && c != "logits" && c != "bench" && c != "serve" && c != "inspect")
     fail(
-        "'{}' does not run as a pipeline of {} processes (run, logits, bench and inspect do); "
-        "start it without mpirun",
+        "'{}' does not run as a pipeline of {} processes (run, logits, bench, serve and inspect "
+        "do); start it without mpirun",
         c, world()->size());
 #else
   (void)argc;

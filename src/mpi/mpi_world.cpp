@@ -20,6 +20,7 @@ namespace {
 
 constexpr int kTagHidden = 1;
 constexpr int kTagToken = 2;
+constexpr int kTagOrders = 3;
 
 // Sleep between polls: short enough to add little latency per step, long enough to leave the
 // core to a stage that is computing on it.
@@ -70,24 +71,51 @@ class MpiStageLink final : public StageLink {
     ++traffic_.messages;
   }
 
-  int32_t share_token(int32_t token) override {
+  void share_tokens(std::span<int32_t> tokens) override {
     const int last_rank = n_stages() - 1;
+    const int n = static_cast<int>(tokens.size());
     if (rank_ == last_rank) {
       std::vector<MPI_Request> reqs(last_rank);
       for (int r = 0; r < last_rank; ++r)
-        MPI_Isend(&token, 1, MPI_INT32_T, r, kTagToken, MPI_COMM_WORLD, &reqs[r]);
-      traffic_.bytes_sent += sizeof token * last_rank;
+        MPI_Isend(tokens.data(), n, MPI_INT32_T, r, kTagToken, MPI_COMM_WORLD, &reqs[r]);
+      traffic_.bytes_sent += tokens.size_bytes() * last_rank;
       traffic_.messages += last_rank;
-      for (int r = 0; r < last_rank; ++r) wait_sent(&reqs[r], r, "a token id");
-      return token;
+      for (int r = 0; r < last_rank; ++r) wait_sent(&reqs[r], r, "token ids");
+      return;
     }
-    probe(last_rank, kTagToken, "a token id");
-    int32_t got = -1;
-    MPI_Recv(&got, 1, MPI_INT32_T, last_rank, kTagToken, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-    traffic_.bytes_received += sizeof got;
+    MPI_Status st = probe(last_rank, kTagToken, "token ids");
+    int count = 0;
+    MPI_Get_count(&st, MPI_INT32_T, &count);
+    if (count != n)
+      fail("{} sent {} token ids, {} expected {}: the stages disagree on the step",
+           describe(last_rank), count, describe(rank_), n);
+    MPI_Recv(tokens.data(), n, MPI_INT32_T, last_rank, kTagToken, MPI_COMM_WORLD,
+             MPI_STATUS_IGNORE);
+    traffic_.bytes_received += tokens.size_bytes();
     ++traffic_.messages;
-    return got;
   }
+
+  void broadcast(std::vector<uint8_t>& bytes) override {
+    if (rank_ == 0) {
+      const int n = static_cast<int>(bytes.size());
+      std::vector<MPI_Request> reqs(n_stages() - 1);
+      for (int r = 1; r < n_stages(); ++r)
+        MPI_Isend(bytes.data(), n, MPI_BYTE, r, kTagOrders, MPI_COMM_WORLD, &reqs[r - 1]);
+      traffic_.bytes_sent += bytes.size() * reqs.size();
+      traffic_.messages += reqs.size();
+      for (int r = 1; r < n_stages(); ++r) wait_sent(&reqs[r - 1], r, "the step's orders");
+      return;
+    }
+    MPI_Status st = probe(0, kTagOrders, "the step's orders");
+    int count = 0;
+    MPI_Get_count(&st, MPI_BYTE, &count);
+    bytes.resize(count);
+    MPI_Recv(bytes.data(), count, MPI_BYTE, 0, kTagOrders, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    traffic_.bytes_received += bytes.size();
+    ++traffic_.messages;
+  }
+
+  double timeout() const override { return timeout_; }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -145,7 +173,11 @@ std::unique_ptr<MpiWorld> MpiWorld::start(int* argc, char*** argv) {
       std::max({env_int("OMPI_COMM_WORLD_SIZE"), env_int("PMI_SIZE"), env_int("PMIX_SIZE")});
   if (size <= 1) return nullptr;
   int provided = 0;
-  MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+  // Serialized: a server's scheduler thread makes the calls while it runs, the main thread before
+  // and after (never both at once).
+  MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
+  if (provided < MPI_THREAD_SERIALIZED)
+    fail("this MPI library gives thread level {}, below MPI_THREAD_SERIALIZED", provided);
   int rank = 0, n = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &n);

@@ -134,20 +134,43 @@ void engine_forward(Engine::Impl& e, const Batch& batch, KvCache& kv, std::vecto
 Generation::Step decode_step(Engine::Impl& e, Generation& gen, std::span<const float> rows,
                              std::span<const int32_t> drafts, int n_used, int n_ctx,
                              const std::function<bool(const Generation::Sampled&)>& emit) {
-  if (!e.link) return gen.take(rows, drafts, n_used, n_ctx, emit);
-  if (!drafts.empty()) fail("a pipeline does not verify drafts");
-  // Every stage counts the same tokens against the same limits, so all stop together.
-  if (e.link->last()) {
-    Generation::Step st = gen.take(rows, drafts, n_used, n_ctx, emit);
-    if (!st.tokens.empty()) e.link->share_token(st.tokens.back());
-    return st;
+  const DecodeJob job{&gen, rows, drafts, n_used, emit};
+  return std::move(decode_steps(e, std::span<const DecodeJob>(&job, 1), n_ctx)[0]);
+}
+
+std::vector<Generation::Step> decode_steps(Engine::Impl& e, std::span<const DecodeJob> jobs,
+                                           int n_ctx) {
+  std::vector<Generation::Step> out(jobs.size());
+  if (!e.link) {
+    for (size_t i = 0; i < jobs.size(); ++i)
+      out[i] = jobs[i].gen->take(jobs[i].rows, jobs[i].drafts, jobs[i].n_used, n_ctx, jobs[i].emit);
+    return out;
   }
-  Generation::Step st;
-  if (gen.limit_reached(n_used, n_ctx)) return st;
-  const Generation::Sampled s = gen.accept(e.link->share_token(-1));
-  st.tokens.push_back(s.token);
-  if (s.emitted && emit && !emit(s)) gen.cancel();
-  return st;
+  for (const DecodeJob& j : jobs)
+    if (!j.drafts.empty()) fail("a pipeline does not verify drafts");
+  // Every stage counts the same tokens against the same limits, so all stop together; -1 marks a
+  // sequence that reached its limit and sampled nothing.
+  std::vector<int32_t> tokens(jobs.size(), -1);
+  if (e.link->last()) {
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      out[i] = jobs[i].gen->take(jobs[i].rows, {}, jobs[i].n_used, n_ctx, jobs[i].emit);
+      if (!out[i].tokens.empty()) tokens[i] = out[i].tokens.back();
+    }
+    e.link->share_tokens(tokens);
+    return out;
+  }
+  e.link->share_tokens(tokens);
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    Generation& gen = *jobs[i].gen;
+    if (gen.limit_reached(jobs[i].n_used, n_ctx)) continue;
+    if (tokens[i] < 0)
+      fail("{} sampled no token where {} expected one: the stages disagree on the step",
+           e.link->describe(e.link->n_stages() - 1), e.link->describe(e.link->stage()));
+    const Generation::Sampled s = gen.accept(tokens[i]);
+    out[i].tokens.push_back(s.token);
+    if (s.emitted && jobs[i].emit && !jobs[i].emit(s)) gen.cancel();
+  }
+  return out;
 }
 
 ExpertStats Engine::expert_stats() const {

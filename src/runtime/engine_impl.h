@@ -55,6 +55,18 @@ Generation::Step decode_step(Engine::Impl& engine, Generation& gen, std::span<co
                              std::span<const int32_t> drafts, int n_used, int n_ctx,
                              const std::function<bool(const Generation::Sampled&)>& emit);
 
+// decode_step for every sequence of one batched step, in the batch's order. In a pipeline the
+// last stage's tokens for all of them cross in one message.
+struct DecodeJob {
+  Generation* gen = nullptr;
+  std::span<const float> rows;  // empty on a pipeline stage without logits
+  std::span<const int32_t> drafts;
+  int n_used = 0;
+  std::function<bool(const Generation::Sampled&)> emit;
+};
+std::vector<Generation::Step> decode_steps(Engine::Impl& engine, std::span<const DecodeJob> jobs,
+                                           int n_ctx);
+
 // Exclusive use of an engine's expert store and pool for a scope; throws sluice::Error naming
 // `user` when another user holds them.
 class ExpertsLease {

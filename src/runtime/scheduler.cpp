@@ -8,6 +8,14 @@
 // skips that prefill, and freed when a request is cancelled, times out or fails.
 // Determinism: a request's tokens depend only on its own prompt, options and seed; every op works
 // per row, so a greedy request produces the same tokens alone or batched.
+// Pipeline (the engine is one stage of several): every stage runs a scheduler over its own layers'
+// KV cache. Stage 0 (clients, clock) decides admissions, cancellations, timeouts and shutdown and
+// sends them as StepOrders before each step — an empty message at least every second while idle,
+// so the other stages' receive deadlines only fire when it is gone. The others apply the orders to
+// their slots and build the same batch by the same rules; the last stage samples and shares the
+// tokens (decode_steps). A failed link ends the scheduler: stage 0 answers its requests with the
+// error and reports it (SchedulerStats::pipeline_error, SchedulerOptions::on_pipeline_failure);
+// the others' join() throws it.
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -21,6 +29,7 @@
 #include "ops/matmul.h"
 #include "runtime/engine_impl.h"
 #include "runtime/kv_disk.h"
+#include "runtime/step_orders.h"
 #include "sluice/serving.h"
 
 namespace sluice {
@@ -32,6 +41,8 @@ using Clock = std::chrono::steady_clock;
 // Shared by the scheduler thread (producer) and the caller (consumer).
 class HandleState final : public CompletionHandle {
  public:
+  // `keep_events` false: a pipeline stage's copy of stage 0's request, which has no client.
+  explicit HandleState(bool keep_events = true) : keep_events_(keep_events) {}
   bool next(CompletionEvent& event, std::chrono::milliseconds wait) override {
     std::unique_lock<std::mutex> lock(mutex_);
     if (!cv_.wait_for(lock, wait, [&] { return !events_.empty(); })) return false;
@@ -41,6 +52,20 @@ class HandleState final : public CompletionHandle {
     return true;
   }
   void cancel() override { cancelled_.store(true); }
+  void abandon(const std::string& message) override {
+    cancelled_.store(true);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (abandoned_) return;
+      events_.clear();
+      CompletionEvent e;
+      e.kind = CompletionEvent::Kind::kError;
+      e.text = message;
+      events_.push_back(std::move(e));
+      abandoned_ = true;
+    }
+    cv_.notify_all();
+  }
   bool finished() const override {
     std::lock_guard<std::mutex> lock(mutex_);
     return finished_;
@@ -48,8 +73,10 @@ class HandleState final : public CompletionHandle {
 
   bool cancelled() const { return cancelled_.load(); }
   void push(CompletionEvent event) {
+    if (!keep_events_) return;
     {
       std::lock_guard<std::mutex> lock(mutex_);
+      if (abandoned_) return;
       events_.push_back(std::move(event));
     }
     cv_.notify_all();
@@ -74,6 +101,8 @@ class HandleState final : public CompletionHandle {
   std::deque<CompletionEvent> events_;
   std::atomic<bool> cancelled_{false};
   bool finished_ = false;
+  bool abandoned_ = false;  // abandon(): its error is the last event
+  const bool keep_events_;
 };
 
 struct Pending {
@@ -107,6 +136,9 @@ struct Scheduler::Impl {
   Engine::Impl& engine;
   ExpertsLease lease;  // the engine's expert store and pool are ours while the scheduler lives
   SchedulerOptions options;
+  StageLink* link;      // this engine's pipeline stage; null: the whole model here
+  bool follower;        // a pipeline stage after the first: applies stage 0's orders
+  std::string failure;  // why the pipeline stopped (set on the scheduler thread before it ends)
   std::unique_ptr<KvCache> kv;
   std::unique_ptr<KvDisk> disk;  // --kv-disk
   std::vector<Slot> slots;
@@ -116,12 +148,24 @@ struct Scheduler::Impl {
   std::condition_variable cv;
   std::deque<Pending> queue;
   bool stop = false;
+  bool finished = false;  // run() has returned
   int in_system = 0;  // queued + active
   SchedulerStats stats;
   std::thread thread;
 
   Impl(Engine& e, const SchedulerOptions& o)
-      : public_engine(e), engine(engine_impl(e)), lease(engine, "a Scheduler"), options(o) {
+      : public_engine(e),
+        engine(engine_impl(e)),
+        lease(engine, "a Scheduler"),
+        options(o),
+        link(engine.link.get()),
+        follower(link && !link->first()) {
+    if (link) {
+      if (!o.kv_disk_dir.empty())
+        fail("--kv-disk does not run in a pipeline: each stage holds only its layers' cache");
+      options.draft.mode = DraftMode::kNone;  // a pipeline verifies no drafts
+      stats.pipeline_stages = link->n_stages();
+    }
     kv = engine.make_kv_cache(engine.n_ctx);
     if (!o.kv_disk_dir.empty()) {
       disk = std::make_unique<KvDisk>(o.kv_disk_dir, o.kv_disk_max, engine.model_id(),
@@ -258,19 +302,10 @@ struct Scheduler::Impl {
     }
   }
 
-  // Samples slot s's next tokens from `logits` (one row, or one per draft plus one) and emits
-  // their text; may finish the request.
-  void on_logits(Slot& s, std::span<const float> logits) {
-    if (!s.decoding) {
-      s.decoding = true;
-      s.prefill_seconds = s.timer.seconds();
-      s.timer.reset();
-    }
+  // What slot s's step sampled (the accepted drafts, then one more token): the KV positions of
+  // rejected drafts go, the context grows, and the request may finish.
+  void after_take(Slot& s, const Generation::Step& step) {
     const int n_used = static_cast<int>(s.ctx.size());
-    const Generation::Step step = s.gen->take(logits, s.drafts, n_used, kv->n_ctx(), [&](const Generation::Sampled& next) {
-      s.handle->push_text(next.text, s.gen->take_logprobs());
-      return true;
-    });
     // KV positions past the last accepted draft hold rejected tokens.
     kv->truncate(s.id, n_used + step.n_accepted);
     {
@@ -286,8 +321,59 @@ struct Scheduler::Impl {
     if (s.gen->finished()) return finish(s);
   }
 
-  // Takes queued requests into idle slots; drops cancelled and expired ones. Called unlocked.
-  void admit(Clock::time_point now) {
+  // Ends active requests whose client cancelled or whose deadline passed; stage 0 only.
+  void end_expired(Clock::time_point now, StepOrders& orders) {
+    for (Slot& s : slots) {
+      if (!s.handle) continue;
+      const bool timed_out = !s.handle->cancelled() && s.deadline && now >= *s.deadline;
+      if (!s.handle->cancelled() && !timed_out) continue;
+      (timed_out ? orders.timed_out : orders.cancelled).push_back(s.id);
+      end_slot(s, timed_out);
+    }
+  }
+
+  void end_slot(Slot& s, bool timed_out) {
+    s.gen->cancel();
+    finish(s, timed_out);
+  }
+
+  // A later stage: stage 0's orders on this stage's slots.
+  void apply(StepOrders& orders) {
+    for (int id : orders.cancelled) end_slot(checked_slot(id, true), false);
+    for (int id : orders.timed_out) end_slot(checked_slot(id, true), true);
+    for (StepOrders::Start& st : orders.started) {
+      Slot& s = checked_slot(st.slot, false);
+      Pending p;
+      p.handle = std::make_shared<HandleState>(false);
+      p.request = std::move(st.request);
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        ++in_system;
+      }
+      std::shared_ptr<HandleState> handle = p.handle;
+      try {
+        start(s, std::move(p));
+      } catch (const std::exception&) {
+        // Stage 0 failed the same start and answered its client; mirror it.
+        release(s, true);
+        std::lock_guard<std::mutex> lock(mutex);
+        --in_system;
+      }
+    }
+  }
+
+  Slot& checked_slot(int id, bool active) {
+    if (id < 0 || id >= static_cast<int>(slots.size()) || (slots[id].handle != nullptr) != active)
+      fail("stage 0 ordered {} slot {}, which is {} here: the stages disagree",
+           active ? "the end of" : "a request into", id,
+           id >= 0 && id < static_cast<int>(slots.size()) && slots[id].handle ? "active"
+                                                                              : "idle or missing");
+    return slots[id];
+  }
+
+  // Takes queued requests into idle slots (recorded in `orders`); drops cancelled and expired
+  // ones. Called unlocked.
+  void admit(Clock::time_point now, StepOrders& orders) {
     std::vector<Pending> dropped_cancel, dropped_timeout;
     for (;;) {
       Pending p;
@@ -315,6 +401,7 @@ struct Scheduler::Impl {
         const int c = common_prefix(s, p.request.prompt);
         if (c > best_common || (c == best_common && s.last_used < best->last_used)) best = &s, best_common = c;
       }
+      if (link) orders.started.push_back({best->id, p.request});
       try {
         start(*best, std::move(p));
       } catch (const std::exception& e) {
@@ -339,15 +426,10 @@ struct Scheduler::Impl {
       }
   }
 
+  // One forward pass over the active slots and its sampling. Throws when the pass fails in a
+  // pipeline (the link is gone; the caller ends the scheduler); fails the step's requests
+  // otherwise.
   void step(Batch& batch, std::vector<float>& logits, std::vector<int>& rows) {
-    const Clock::time_point now = Clock::now();
-    for (Slot& s : slots) {
-      if (!s.handle) continue;
-      const bool timed_out = !s.handle->cancelled() && s.deadline && now >= *s.deadline;
-      if (!s.handle->cancelled() && !timed_out) continue;
-      s.gen->cancel();
-      finish(s, timed_out);
-    }
     batch.clear();
     rows.clear();
     int n_decode = 0, n_seq = 0;
@@ -389,8 +471,9 @@ struct Scheduler::Impl {
     Timer t;
     try {
       const ExactRows exact_rows(any_drafts);
-      engine.model->forward(*engine.pool, batch, *kv, *engine.experts, logits);
+      engine_forward(engine, batch, *kv, logits);
     } catch (const std::exception& e) {
+      if (link) throw;
       // The cache state of every sequence in the failed step is unknown: fail them all.
       for (Slot& s : slots)
         if (s.handle) fail_slot(s, e.what());
@@ -398,13 +481,29 @@ struct Scheduler::Impl {
     }
     const double secs = t.seconds();
     const size_t n_vocab = engine.model->hparams().n_vocab;
+    std::vector<DecodeJob> jobs;
     size_t row = 0;
     for (int id : rows) {
       Slot& s = slots[id];
+      if (!s.decoding) {
+        s.decoding = true;
+        s.prefill_seconds = s.timer.seconds();
+        s.timer.reset();
+      }
       const size_t n_rows = s.drafts.size() + 1;
-      on_logits(s, std::span<const float>(logits.data() + row * n_vocab, n_rows * n_vocab));
+      // Only the last pipeline stage has logits.
+      const std::span<const float> own =
+          logits.empty() ? std::span<const float>()
+                         : std::span<const float>(logits.data() + row * n_vocab, n_rows * n_vocab);
+      jobs.push_back({&*s.gen, own, s.drafts, static_cast<int>(s.ctx.size()),
+                      [&s](const Generation::Sampled& next) {
+                        s.handle->push_text(next.text, s.gen->take_logprobs());
+                        return true;
+                      }});
       row += n_rows;
     }
+    const std::vector<Generation::Step> taken = decode_steps(engine, jobs, kv->n_ctx());
+    for (size_t i = 0; i < rows.size(); ++i) after_take(slots[rows[i]], taken[i]);
 
     const ExpertStats es = public_engine.expert_stats();
     std::lock_guard<std::mutex> lock(mutex);
@@ -421,28 +520,74 @@ struct Scheduler::Impl {
     Batch batch;
     std::vector<float> logits;
     std::vector<int> rows;
-    for (;;) {
-      {
-        std::unique_lock<std::mutex> lock(mutex);
-        cv.wait(lock, [&] { return stop || !queue.empty() || any_active(); });
-        if (stop) break;
+    // Stage 0 of a pipeline sends orders at least this often, even with nothing to do.
+    const auto tick = std::chrono::duration<double>(link ? std::min(1.0, link->timeout() / 4) : 0);
+    try {
+      for (;;) {
+        StepOrders orders;
+        if (follower) {
+          std::vector<uint8_t> bytes;
+          link->broadcast(bytes);
+          orders = decode_orders(bytes);
+          if (orders.stop) break;
+          apply(orders);
+        } else {
+          {
+            std::unique_lock<std::mutex> lock(mutex);
+            auto ready = [&] { return stop || !queue.empty() || any_active(); };
+            if (!link)
+              cv.wait(lock, ready);
+            else
+              cv.wait_for(lock, tick, ready);
+            orders.stop = stop;
+          }
+          if (!orders.stop) {
+            try {
+              end_expired(Clock::now(), orders);
+              admit(Clock::now(), orders);
+            } catch (const std::exception& e) {
+              if (link) throw;
+              for (Slot& s : slots)
+                if (s.handle) fail_slot(s, e.what());
+            }
+          }
+          if (link) {
+            std::vector<uint8_t> bytes = encode_orders(orders);
+            link->broadcast(bytes);
+          }
+          if (orders.stop) break;
+        }
+        try {
+          step(batch, logits, rows);
+        } catch (const std::exception& e) {
+          if (link) throw;
+          // Outside forward (prefix copy, allocation): fail what is running, keep serving.
+          for (Slot& s : slots)
+            if (s.handle) fail_slot(s, e.what());
+        }
+        std::lock_guard<std::mutex> lock(mutex);
+        publish_locked();
       }
-      try {
-        admit(Clock::now());
-        step(batch, logits, rows);
-      } catch (const std::exception& e) {
-        // Outside forward (prefix copy, allocation): fail what is running, keep serving.
-        for (Slot& s : slots)
-          if (s.handle) fail_slot(s, e.what());
-      }
+    } catch (const std::exception& e) {
+      // Only a pipeline gets here: a stage is gone or the stages disagree. Nothing more can run.
+      failure = e.what();
+      for (Slot& s : slots)
+        if (s.handle) fail_slot(s, fmt::format("the model's pipeline failed: {}", failure));
       std::lock_guard<std::mutex> lock(mutex);
-      publish_locked();
+      stats.pipeline_error = failure;
+      for (Pending& p : queue)
+        p.handle->push_error(fmt::format("the model's pipeline failed: {}", failure));
+      queue.clear();
+      stop = true;
     }
+    if (!failure.empty() && options.on_pipeline_failure) options.on_pipeline_failure(failure);
     for (Slot& s : slots)
       if (s.handle) fail_slot(s, "the server is shutting down");
     std::lock_guard<std::mutex> lock(mutex);
     for (Pending& p : queue) p.handle->push_error("the server is shutting down");
     queue.clear();
+    finished = true;
+    cv.notify_all();
   }
 };
 
@@ -471,6 +616,19 @@ Scheduler::~Scheduler() {
 
 int Scheduler::n_ctx() const { return impl_->kv->n_ctx(); }
 
+bool Scheduler::follows() const {
+  return impl_->follower;
+}
+
+void Scheduler::join() {
+  Impl& m = *impl_;
+  {
+    std::unique_lock<std::mutex> lock(m.mutex);
+    m.cv.wait(lock, [&] { return m.finished; });
+  }
+  if (!m.failure.empty()) fail("{}", m.failure);
+}
+
 SchedulerStats Scheduler::stats() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   return impl_->stats;
@@ -480,6 +638,8 @@ Submission Scheduler::submit(CompletionRequest request) {
   Impl& m = *impl_;
   Submission out;
   const int n_vocab = m.engine.model->hparams().n_vocab;
+  if (m.follower)
+    fail("only pipeline stage 0 takes requests; this is {}", m.link->describe(m.link->stage()));
   if (request.prompt.empty()) {
     out.status = SubmitStatus::kInvalid;
     out.message = "the prompt is empty";
@@ -487,6 +647,11 @@ Submission Scheduler::submit(CompletionRequest request) {
     out.status = SubmitStatus::kContextOverflow;
     out.message = fmt::format("the prompt has {} tokens but the context holds {} (one position must remain to generate)",
                               request.prompt.size(), m.kv->n_ctx());
+  } else if (m.link && request.options.logprobs >= 0) {
+    out.status = SubmitStatus::kInvalid;
+    out.message =
+        "logprobs are not available while the model runs as a pipeline (only its last stage has "
+        "logits)";
   } else if (request.options.max_tokens < 0) {
     out.status = SubmitStatus::kInvalid;
     out.message = fmt::format("max_tokens {} is negative", request.options.max_tokens);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace sluice {
 
@@ -22,9 +23,19 @@ class StageLink {
   virtual void send_hidden(std::span<const float> hidden) = 0;
   // Hidden state of one forward step from the previous stage; its size must be hidden.size().
   virtual void recv_hidden(std::span<float> hidden) = 0;
-  // The last stage passes the token it sampled and sends it to every other stage; the others pass
-  // anything and get that token back.
-  virtual int32_t share_token(int32_t token) = 0;
+  // The last stage passes the tokens it sampled (one per sequence of a step, -1 where none) and
+  // sends them to every other stage; the others pass a span of the same size and get them back.
+  virtual void share_tokens(std::span<int32_t> tokens) = 0;
+  int32_t share_token(int32_t token) {
+    share_tokens(std::span<int32_t>(&token, 1));
+    return token;
+  }
+  // Stage 0 sends `bytes` to every other stage; the others get them in `bytes` (any size). What a
+  // batch scheduler decided before a step (admissions, cancellations, shutdown) travels this way,
+  // so every stage runs the same steps.
+  virtual void broadcast(std::vector<uint8_t>& bytes) = 0;
+  // Seconds a receive waits before it fails (the stages' --stage-timeout).
+  virtual double timeout() const = 0;
   // "stage 1 (rank 1 on host-b, layers 8:16)", for messages.
   virtual std::string describe(int stage) const = 0;
   // What crossed the wire so far: bytes and messages sent and received, and the seconds spent

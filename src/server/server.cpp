@@ -11,21 +11,22 @@
 
 #include <fmt/format.h>
 #include <httplib.h>
-#include <nlohmann/json.hpp>
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <array>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
-#include <cctype>
 #include <ctime>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
-#include <string_view>
 #include <random>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -99,6 +100,19 @@ ApiError shutdown_error() {
 ApiError timeout_error(double secs) {
   return ApiError(504, fmt::format("the request did not finish within the server's {} s timeout", secs),
                   "timeout_error", "", "timeout");
+}
+
+// /health: "ok", and for a pipeline its stage count and state; a failed pipeline is an error (the
+// server is shutting down) with the failed stage named in the message.
+std::string health_json(const SchedulerStats& s) {
+  nlohmann::json j;
+  j["status"] = s.pipeline_error.empty() ? "ok" : "error";
+  if (s.pipeline_stages > 1) {
+    j["pipeline"] = {{"stages", s.pipeline_stages},
+                     {"state", s.pipeline_error.empty() ? "ok" : "failed"}};
+    if (!s.pipeline_error.empty()) j["pipeline"]["error"] = s.pipeline_error;
+  }
+  return j.dump();
 }
 
 std::string metrics_text(const SchedulerStats& s, Counters& counters) {
@@ -227,12 +241,13 @@ class Routes {
   }
 
   // The shutdown's last step: requests still running after the grace period are cancelled and
-  // answered with shutdown_error().
-  void end_all() {
+  // answered with shutdown_error(). `now`: answered with `now` at once instead, without waiting for
+  // the scheduler (a pipeline's may be stuck on a dead stage).
+  void end_all(const std::string& now = "") {
     shutting_down_ = true;
     std::lock_guard<std::mutex> lock(mutex_);
     for (auto& w : running_)
-      if (auto h = w.lock()) h->cancel();
+      if (auto h = w.lock()) now.empty() ? h->cancel() : h->abandon(now);
   }
   size_t running() {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -376,7 +391,16 @@ const std::map<std::string, std::string>& route_methods() {
 }  // namespace
 
 int serve(Engine& engine, const ServerOptions& o) {
-  Scheduler scheduler(engine, o.scheduler);
+  // A failed pipeline stage ends the server: its requests have their error by then; SIGTERM (to
+  // this process, taken by the signal thread below) stops accepting, and serve returns 1.
+  std::atomic<bool> pipeline_failed{false};
+  SchedulerOptions so = o.scheduler;
+  so.on_pipeline_failure = [&](const std::string& why) {
+    pipeline_failed = true;
+    std::fprintf(stderr, "sluice serve: error: %s; shutting down\n", why.c_str());
+    kill(getpid(), SIGTERM);
+  };
+  Scheduler scheduler(engine, so);
   Counters counters;
   Routes routes(engine, scheduler, o, counters);
   ConnectionLimits limits;
@@ -450,8 +474,10 @@ int serve(Engine& engine, const ServerOptions& o) {
                    req.path.c_str(), res.status, 1000.0 * seconds_since(HttpServer::request_started()));
   });
 
-  svr.Get("/health", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content(R"({"status":"ok"})", "application/json");
+  svr.Get("/health", [&](const httplib::Request&, httplib::Response& res) {
+    const SchedulerStats st = scheduler.stats();
+    res.set_content(health_json(st), "application/json");
+    if (!st.pipeline_error.empty()) res.status = 503;
   });
   svr.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_text(scheduler.stats(), counters), "text/plain; version=0.0.4");
@@ -481,20 +507,29 @@ int serve(Engine& engine, const ServerOptions& o) {
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
+  // A pipeline's stage 0 has no grace period: mpirun sends SIGTERM when any rank of the job ends
+  // and SIGKILL a moment later, and the scheduler may be stuck waiting for a dead stage, so running
+  // requests are answered with an error at once.
+  const bool pipeline = engine.info().n_stages > 1;
+  const double grace = pipeline ? 0 : o.shutdown_grace_seconds;
   std::atomic<bool> listen_done{false};
   std::thread signals([&] {
     int sig = 0;
     sigwait(&set, &sig);
     if (listen_done) return;
-    std::fprintf(stderr, "sluice serve: %s: no new connections; %zu running request(s) may finish within %g s (again: end them now)\n",
-                 sig == SIGTERM ? "SIGTERM" : "SIGINT", routes.running(), o.shutdown_grace_seconds);
+    std::fprintf(stderr,
+                 "sluice serve: %s: no new connections; %zu running request(s) may finish within "
+                 "%g s (again: end them now)\n",
+                 sig == SIGTERM ? "SIGTERM" : "SIGINT", routes.running(), grace);
     svr.stop_accepting();
-    const auto until = Clock::now() + std::chrono::duration<double>(std::max(0.0, o.shutdown_grace_seconds));
+    const auto until = Clock::now() + std::chrono::duration<double>(std::max(0.0, grace));
     const timespec tick{0, 100'000'000};
     while (!listen_done) {
       if (sigtimedwait(&set, nullptr, &tick) > 0 || Clock::now() >= until) {
         if (!listen_done) std::fprintf(stderr, "sluice serve: ending %zu request(s)\n", routes.running());
-        routes.end_all();
+        routes.end_all(pipeline ? "the server is shutting down: its MPI job is ending (a pipeline "
+                                  "stage may have failed)"
+                                : "");
         return;
       }
     }
@@ -505,7 +540,7 @@ int serve(Engine& engine, const ServerOptions& o) {
   pthread_kill(signals.native_handle(), SIGTERM);  // wakes sigwait when listen ended on its own
   signals.join();
   std::fprintf(stderr, "sluice serve: stopped\n");
-  return ok ? 0 : 1;
+  return ok && !pipeline_failed ? 0 : 1;
 }
 
 }  // namespace sluice::server

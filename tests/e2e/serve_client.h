@@ -110,11 +110,14 @@ inline Http http(int port, const std::string& method, const std::string& path,
 }
 
 // `sluice serve --port 0 ...` as a child process (on the shipped model unless `model` names
-// another); stderr goes to a file in the scratch dir.
+// another); stderr goes to a file in the scratch dir. `launcher` (mpirun and its options) goes
+// before the binary; stop_with() names the process the destructor signals instead of the child.
 class Server {
  public:
-  explicit Server(std::vector<std::string> args, const std::string& model = kModel) {
+  explicit Server(std::vector<std::string> args, const std::string& model = kModel,
+                  const std::vector<std::string>& launcher = {}) {
     args.insert(args.begin(), {SLUICE_BIN, "serve", "-m", model, "--port", "0", "-t", "1"});
+    args.insert(args.begin(), launcher.begin(), launcher.end());
     log_ = (sluice::test::scratch_dir() /
             ("serve-" + std::to_string(reinterpret_cast<uintptr_t>(this)) + ".log"))
                .string();
@@ -157,7 +160,7 @@ class Server {
   }
   ~Server() {
     if (pid_ <= 0) return;
-    kill(pid_, SIGTERM);
+    kill(stop_pid_ > 0 ? stop_pid_ : pid_, SIGTERM);
     int st = 0;
     waitpid(pid_, &st, 0);
     EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0)
@@ -166,9 +169,25 @@ class Server {
   int port() const { return port_; }
   pid_t pid() const { return pid_; }
   const std::string& log() const { return log_; }
+  void stop_with(pid_t pid) { stop_pid_ = pid; }
+  // Waits for the child to end (at most `limit`); its exit status as sh reports it (128+signal
+  // for a signal), -1 if it is still running. The destructor then has nothing to stop.
+  int wait_exit(std::chrono::seconds limit) {
+    const auto until = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < until) {
+      int st = 0;
+      if (waitpid(pid_, &st, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+    return -1;
+  }
 
  private:
   pid_t pid_ = -1;
+  pid_t stop_pid_ = -1;
   int port_ = 0;
   std::string log_;
 };
