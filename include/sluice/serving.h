@@ -31,6 +31,9 @@ struct SchedulerOptions {
   std::string kv_disk_dir{};  // --kv-disk: evicted prefixes (and idle slots at stop) go here
   uint64_t kv_disk_max = 0;  // --kv-disk-max: bytes the directory may hold (0: unlimited)
   DraftOptions draft{};     // speculative decoding of every request (requests cannot choose)
+  // Pipeline: requests are split into this many micro-batches that run through the stages at once
+  // (0: one per stage; 1: one batch, each stage waits for the others). Every stage needs the same.
+  int micro_batches = 0;
   // Pipeline stage 0: called once, on the scheduler's thread, when the pipeline failed (a stage
   // died, hung or disagreed); the requests it held have been answered with the error by then.
   std::function<void(const std::string& why)> on_pipeline_failure{};
@@ -99,6 +102,7 @@ struct SchedulerStats {
   uint64_t kv_disk_bytes_read = 0, kv_disk_bytes_written = 0, kv_disk_bytes = 0, kv_disk_skipped = 0;
   ExpertStats experts;             // snapshot taken after the last step
   int pipeline_stages = 1;         // stages of the engine's pipeline (1: the whole model here)
+  int micro_batches = 1;           // groups of requests in flight through the pipeline at once
   std::string pipeline_error;      // set when a stage failed; the scheduler has stopped
 };
 

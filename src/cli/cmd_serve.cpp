@@ -58,6 +58,11 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--shutdown-grace", so.shutdown_grace_seconds, "seconds running requests may finish after SIGTERM")->check(CLI::Range(0.0, 86400.0))->capture_default_str();
   app.add_option("--read-timeout", so.request_read_seconds, "seconds a client may take to send a whole request")->check(CLI::Range(0.1, 3600.0))->capture_default_str();
   app.add_option("--max-reading", so.max_reading, "connections that may be sending a request at once; more are refused")->check(CLI::Range(1, 4096))->capture_default_str();
+  app.add_option(
+         "--micro-batches", so.scheduler.micro_batches,
+         "pipeline: groups of requests in flight through the stages at once (0: one per stage)")
+      ->check(CLI::Range(0, 256))
+      ->capture_default_str();
   DraftFlags df;
   add_draft_flags(app, df);
   app.add_option("--alias", so.model_name, "model id reported by /v1/models (default: the file name)");

@@ -125,7 +125,8 @@ struct Slot {
   std::optional<Generation> gen;
   std::vector<int32_t> drafts;  // verified with the pending token in the current step
   double prefill_seconds = 0;
-  bool decoding = false;  // the first token has been sampled
+  bool decoding = false;   // the first token has been sampled
+  bool in_flight = false;  // a pipeline step of this slot awaits its token from the last stage
   Timer timer;
 };
 
@@ -139,6 +140,16 @@ struct Scheduler::Impl {
   StageLink* link;      // this engine's pipeline stage; null: the whole model here
   bool follower;        // a pipeline stage after the first: applies stage 0's orders
   std::string failure;  // why the pipeline stopped (set on the scheduler thread before it ends)
+  // Micro-batches: slot i belongs to group i % n_groups and step t runs group t % n_groups, so a
+  // stage before the last computes the next group while later stages compute this one. Such a
+  // stage takes a step's tokens only when the step's group comes round again (`in_flight`).
+  int n_groups = 1;
+  uint64_t n_steps = 0;  // steps begun, the same count on every stage
+  struct InFlight {
+    std::vector<int> rows;  // slots that get a token, in the step's order
+    int group = 0;
+  };
+  std::deque<InFlight> in_flight;
   std::unique_ptr<KvCache> kv;
   std::unique_ptr<KvDisk> disk;  // --kv-disk
   std::vector<Slot> slots;
@@ -165,6 +176,9 @@ struct Scheduler::Impl {
         fail("--kv-disk does not run in a pipeline: each stage holds only its layers' cache");
       options.draft.mode = DraftMode::kNone;  // a pipeline verifies no drafts
       stats.pipeline_stages = link->n_stages();
+      n_groups =
+          std::clamp(o.micro_batches > 0 ? o.micro_batches : link->n_stages(), 1, o.n_parallel);
+      stats.micro_batches = n_groups;
     }
     kv = engine.make_kv_cache(engine.n_ctx);
     if (!o.kv_disk_dir.empty()) {
@@ -324,7 +338,7 @@ struct Scheduler::Impl {
   // Ends active requests whose client cancelled or whose deadline passed; stage 0 only.
   void end_expired(Clock::time_point now, StepOrders& orders) {
     for (Slot& s : slots) {
-      if (!s.handle) continue;
+      if (!s.handle || s.in_flight) continue;  // ended once its token is in
       const bool timed_out = !s.handle->cancelled() && s.deadline && now >= *s.deadline;
       if (!s.handle->cancelled() && !timed_out) continue;
       (timed_out ? orders.timed_out : orders.cancelled).push_back(s.id);
@@ -393,13 +407,22 @@ struct Scheduler::Impl {
         p = std::move(queue.front());
         queue.pop_front();
       }
-      // The idle slot sharing the longest prefix, else the least recently used one.
+      // The idle slot sharing the longest prefix, else one of the micro-batch with the fewest
+      // requests (so the pipeline's stages have work at once), else the least recently used one.
+      std::vector<int> load(n_groups, 0);
+      for (const Slot& s : slots)
+        if (s.handle) ++load[group_of(s)];
       Slot* best = nullptr;
       int best_common = -1;
       for (Slot& s : slots) {
         if (s.handle) continue;
         const int c = common_prefix(s, p.request.prompt);
-        if (c > best_common || (c == best_common && s.last_used < best->last_used)) best = &s, best_common = c;
+        const bool better =
+            c > best_common ||
+            (c == best_common &&
+             (load[group_of(s)] < load[group_of(*best)] ||
+              (load[group_of(s)] == load[group_of(*best)] && s.last_used < best->last_used)));
+        if (better) best = &s, best_common = c;
       }
       if (link) orders.started.push_back({best->id, p.request});
       try {
@@ -426,12 +449,53 @@ struct Scheduler::Impl {
       }
   }
 
+  int group_of(const Slot& s) const { return s.id % n_groups; }
+
+  // Samples (or, before the last pipeline stage, receives) the tokens of a step's `rows` from
+  // `logits` (one row per draft plus one, per slot; empty without logits) and applies them.
+  void settle(const std::vector<int>& rows, std::span<const float> logits) {
+    const size_t n_vocab = engine.model->hparams().n_vocab;
+    std::vector<DecodeJob> jobs;
+    size_t row = 0;
+    for (int id : rows) {
+      Slot& s = slots[id];
+      s.in_flight = false;
+      if (!s.decoding) {
+        s.decoding = true;
+        s.prefill_seconds = s.timer.seconds();
+        s.timer.reset();
+      }
+      const size_t n_rows = s.drafts.size() + 1;
+      const std::span<const float> own =
+          logits.empty() ? logits : logits.subspan(row * n_vocab, n_rows * n_vocab);
+      jobs.push_back({&*s.gen, own, s.drafts, static_cast<int>(s.ctx.size()),
+                      [&s](const Generation::Sampled& next) {
+                        s.handle->push_text(next.text, s.gen->take_logprobs());
+                        return true;
+                      }});
+      row += n_rows;
+    }
+    const std::vector<Generation::Step> taken = decode_steps(engine, jobs, kv->n_ctx());
+    for (size_t i = 0; i < rows.size(); ++i) after_take(slots[rows[i]], taken[i]);
+  }
+
+  // Takes the tokens of the in-flight steps of the group whose turn is next (all: `all`).
+  void settle_due(bool all = false) {
+    const int group = static_cast<int>(n_steps % n_groups);
+    while (!in_flight.empty() && (all || in_flight.front().group == group)) {
+      const InFlight f = std::move(in_flight.front());
+      in_flight.pop_front();
+      settle(f.rows, {});
+    }
+  }
+
   // One forward pass over the active slots and its sampling. Throws when the pass fails in a
   // pipeline (the link is gone; the caller ends the scheduler); fails the step's requests
   // otherwise.
   void step(Batch& batch, std::vector<float>& logits, std::vector<int>& rows) {
     batch.clear();
     rows.clear();
+    const int group = static_cast<int>(n_steps++ % n_groups);
     int n_decode = 0, n_seq = 0;
     // Drafts are verified with ExactRows (every row as a one-token pass computes it, so drafting
     // never changes a token); a step that also prefills keeps its fast batched kernels and drafts
@@ -439,7 +503,7 @@ struct Scheduler::Impl {
     const bool prefill_step = std::any_of(slots.begin(), slots.end(), [](const Slot& s) { return s.handle && !s.decoding; });
     bool any_drafts = false;
     for (Slot& s : slots) {
-      if (!s.handle || !s.decoding) continue;
+      if (!s.handle || !s.decoding || group_of(s) != group) continue;
       // The pending token (and more when a cache could not roll back all rejected drafts), then
       // this step's drafts: all verified in this one pass.
       const int n = static_cast<int>(s.ctx.size());
@@ -453,7 +517,7 @@ struct Scheduler::Impl {
     }
     std::vector<Slot*> prefilling;
     for (Slot& s : slots)
-      if (s.handle && !s.decoding) prefilling.push_back(&s);
+      if (s.handle && !s.decoding && group_of(s) == group) prefilling.push_back(&s);
     std::sort(prefilling.begin(), prefilling.end(), [](Slot* a, Slot* b) { return a->admitted < b->admitted; });
     int budget = std::max(1, options.prefill_chunk);
     for (Slot* s : prefilling) {
@@ -480,30 +544,12 @@ struct Scheduler::Impl {
       return;
     }
     const double secs = t.seconds();
-    const size_t n_vocab = engine.model->hparams().n_vocab;
-    std::vector<DecodeJob> jobs;
-    size_t row = 0;
-    for (int id : rows) {
-      Slot& s = slots[id];
-      if (!s.decoding) {
-        s.decoding = true;
-        s.prefill_seconds = s.timer.seconds();
-        s.timer.reset();
-      }
-      const size_t n_rows = s.drafts.size() + 1;
-      // Only the last pipeline stage has logits.
-      const std::span<const float> own =
-          logits.empty() ? std::span<const float>()
-                         : std::span<const float>(logits.data() + row * n_vocab, n_rows * n_vocab);
-      jobs.push_back({&*s.gen, own, s.drafts, static_cast<int>(s.ctx.size()),
-                      [&s](const Generation::Sampled& next) {
-                        s.handle->push_text(next.text, s.gen->take_logprobs());
-                        return true;
-                      }});
-      row += n_rows;
+    if (link && !link->last() && n_groups > 1) {
+      for (int id : rows) slots[id].in_flight = true;
+      in_flight.push_back({rows, group});
+    } else {
+      settle(rows, logits);
     }
-    const std::vector<Generation::Step> taken = decode_steps(engine, jobs, kv->n_ctx());
-    for (size_t i = 0; i < rows.size(); ++i) after_take(slots[rows[i]], taken[i]);
 
     const ExpertStats es = public_engine.expert_stats();
     std::lock_guard<std::mutex> lock(mutex);
@@ -525,11 +571,15 @@ struct Scheduler::Impl {
     try {
       for (;;) {
         StepOrders orders;
+        settle_due();
         if (follower) {
           std::vector<uint8_t> bytes;
           link->broadcast(bytes);
           orders = decode_orders(bytes);
-          if (orders.stop) break;
+          if (orders.stop) {
+            settle_due(true);
+            break;
+          }
           apply(orders);
         } else {
           {
@@ -541,6 +591,8 @@ struct Scheduler::Impl {
               cv.wait_for(lock, tick, ready);
             orders.stop = stop;
           }
+          // Every token in before the stop order, as the other stages do after it.
+          if (orders.stop) settle_due(true);
           if (!orders.stop) {
             try {
               end_expired(Clock::now(), orders);
