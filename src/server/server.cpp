@@ -121,6 +121,10 @@ std::string metrics_text(const SchedulerStats& s, Counters& counters) {
     out += fmt::format("# HELP sluice_{0} {1}\n# TYPE sluice_{0} {2}\nsluice_{0} {3}\n", name, help, type, value);
   };
   metric("requests_total", "counter", "requests accepted by the scheduler", s.requests);
+  metric("pipeline_stages", "gauge", "MPI pipeline stages running the model (1: one process)",
+         s.pipeline_stages);
+  metric("pipeline_micro_batches", "gauge",
+         "groups of requests in flight through the pipeline at once", s.micro_batches);
   metric("requests_rejected_total", "counter", "requests refused (queue full, context overflow, invalid)", s.rejected);
   metric("requests_completed_total", "counter", "requests that finished normally", s.completed);
   metric("requests_cancelled_total", "counter", "requests cancelled (client disconnect)", s.cancelled);

@@ -96,6 +96,9 @@ TEST(ServePipeline, TwoAndThreeStagesAnswerConcurrentRequestsAsOneProcess) {
     EXPECT_EQ(health.j()["pipeline"]["stages"], n) << health.body;
     EXPECT_EQ(health.j()["pipeline"]["state"], "ok") << health.body;
     EXPECT_EQ(four_at_once(s.port()), one) << n << " stages";
+    const json m = metrics(s.port());
+    EXPECT_EQ(m["sluice_pipeline_stages"], n);
+    EXPECT_EQ(m["sluice_pipeline_micro_batches"], n);  // one group of requests per stage
     // A second round reuses the stages' cached prefixes the same way.
     EXPECT_EQ(four_at_once(s.port()), one) << n << " stages, again";
     const Http lp = http(s.port(), "POST", "/v1/completions",
