@@ -2,7 +2,8 @@
 // - 2 and 3 stages give logits (every prompt position, greedy continuation) identical to one
 //   process on the qwen3moe, deepseek2 and gpt-oss reference models;
 // - each stage streaming its experts under its own cgroup memory limit gives the in-RAM logits,
-//   with every stage's peak within its limit;
+//   with every stage's peak within its limit (the three reference models in 2 and 3 stages, and a
+//   240 MB generated model);
 // - a stage that stops responding (SIGSTOP: a hung process or an unreachable host) or dies
 //   (SIGKILL) makes the job exit non-zero within 10 s, naming the stage (or its rank);
 // - with stages in separate network namespaces joined by veth (scripts/mpi-netns, root only) the
@@ -61,6 +62,53 @@ TEST_P(PipelineMpi, TwoAndThreeStagesGiveOneProcessLogits) {
     ASSERT_EQ(r.status, 0) << r.out;
     EXPECT_NE(r.out.find("stage " + std::to_string(n - 1) + ": rank"), std::string::npos) << r.out;
     EXPECT_EQ(read_file(out), expected) << stem << " in " << n << " stages";
+  }
+  fs::remove_all(dir);
+}
+
+// The same with every stage streaming its experts through a 1 MB cache under a cgroup memory
+// limit of its own (the file dropped from the page cache first, so each stage's reads are charged
+// to its own group).
+TEST_P(PipelineMpi, StreamingStagesUnderTheirOwnCgroupLimitsGiveOneProcessLogits) {
+  const fs::path cg_root = "/sys/fs/cgroup/memory";
+  if (!fs::exists(cg_root / "memory.limit_in_bytes"))
+    GTEST_SKIP() << "no cgroup v1 memory controller";
+  const std::string stem = GetParam();
+  const fs::path dir =
+      fs::temp_directory_path() / ("sluice-mpi-stream-" + stem + "-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const std::string model = (kRef / (stem + ".gguf")).string();
+  const std::string args = "logits -t 1 --greedy 4 -m " + model + " --tokens-from " +
+                           (kRef / (stem + ".prompt1.json")).string() + " -o ";
+  ShellResult one =
+      sh(std::string(SLUICE_BIN) + " " + args + (dir / "one.json").string() + " --experts ram");
+  ASSERT_EQ(one.status, 0) << one.out;
+  constexpr uint64_t kLimit = 64ull << 20;
+  const std::string tag = "sluice-mpis-" + std::to_string(getpid());
+  for (int n : {2, 3}) {
+    std::error_code ec;
+    for (int r = 0; r < n; ++r) {
+      const fs::path cg = cg_root / (tag + "-" + std::to_string(r));
+      if (!fs::create_directory(cg, ec)) GTEST_SKIP() << "cannot create cgroup " << cg;
+      std::ofstream(cg / "memory.limit_in_bytes") << kLimit;
+    }
+    const int fd = ::open(model.c_str(), O_RDONLY);
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+    const fs::path out = dir / ("stream-np" + std::to_string(n) + ".json");
+    ShellResult r = sh(
+        mpirun(n, args + out.string() + " --experts stream --ssd-streaming-cache-experts 1MB",
+               "echo $$ > " + (cg_root / tag).string() + "-$OMPI_COMM_WORLD_RANK/cgroup.procs;"));
+    for (int rank = 0; rank < n; ++rank) {
+      const fs::path cg = cg_root / (tag + "-" + std::to_string(rank));
+      EXPECT_LE(std::stoull(read_file(cg / "memory.max_usage_in_bytes")), kLimit)
+          << "stage " << rank;
+      fs::remove(cg, ec);
+    }
+    ASSERT_EQ(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find("experts stream"), std::string::npos) << r.out;
+    EXPECT_EQ(read_file(out), read_file(dir / "one.json"))
+        << stem << " streamed in " << n << " stages";
   }
   fs::remove_all(dir);
 }
