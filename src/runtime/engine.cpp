@@ -141,6 +141,9 @@ Generation::Step decode_step(Engine::Impl& e, Generation& gen, std::span<const f
 std::vector<Generation::Step> decode_steps(Engine::Impl& e, std::span<const DecodeJob> jobs,
                                            int n_ctx) {
   std::vector<Generation::Step> out(jobs.size());
+  // Every stage knows when a step sampled nothing (prefill chunks that end no prompt): no message,
+  // so the next chunk can start on this stage while later stages still compute this one.
+  if (jobs.empty()) return out;
   if (!e.link) {
     for (size_t i = 0; i < jobs.size(); ++i)
       out[i] = jobs[i].gen->take(jobs[i].rows, jobs[i].drafts, jobs[i].n_used, n_ctx, jobs[i].emit);
