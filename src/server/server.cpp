@@ -438,9 +438,20 @@ int serve(Engine& engine, const ServerOptions& o) {
                                                       "invalid_request_error", "", "method_not_allowed"));
       return httplib::Server::HandlerResponse::Handled;
     }
-    std::string msg = res.status == 413   ? fmt::format("the request body is larger than the server's limit of {} bytes (--max-body)", o.max_body_bytes)
-                      : res.status == 404 ? fmt::format("no route for {} {}", req.method, req.path)
-                                          : fmt::format("HTTP error {}", res.status);
+    // cpp-httplib caps form-encoded bodies at 8 KiB, below --max-body: curl -d sends that type.
+    const bool form =
+        req.get_header_value("Content-Type").rfind("application/x-www-form-urlencoded", 0) == 0;
+    std::string msg =
+        res.status == 413 && form
+            ? "a form-encoded request body (Content-Type: application/x-www-form-urlencoded, curl "
+              "-d's default) may not exceed 8192 bytes; send the JSON as Content-Type: "
+              "application/json"
+        : res.status == 413
+            ? fmt::format(
+                  "the request body is larger than the server's limit of {} bytes (--max-body)",
+                  o.max_body_bytes)
+        : res.status == 404 ? fmt::format("no route for {} {}", req.method, req.path)
+                            : fmt::format("HTTP error {}", res.status);
     send_error(res, api_of_path(req.path), ApiError(res.status, msg, "invalid_request_error", "", res.status == 413 ? "payload_too_large" : ""));
     return httplib::Server::HandlerResponse::Handled;
   }));

@@ -162,6 +162,19 @@ TEST_F(ServeHardening, SmallHttpItems) {
   expect_error(big, 413, "", "payload_too_large");
   EXPECT_NE(big.j()["error"]["message"].get<std::string>().find("16384 bytes"), std::string::npos)
       << big.body;
+  // A form-encoded body (curl -d's default type) is capped at 8 KiB by cpp-httplib, below the
+  // limit: the message says so instead of naming --max-body.
+  const std::string form_body = R"({"prompt":")" + std::string(9000, 'a') + R"("})";
+  const Http form =
+      raw_http(port(),
+               "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+               "Authorization: Bearer " +
+                   kKey +
+                   "\r\n"
+                   "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: " +
+                   std::to_string(form_body.size()) + "\r\n\r\n" + form_body);
+  expect_error(form, 413, "", "payload_too_large");
+  EXPECT_NE(form.body.find("application/json"), std::string::npos) << form.body;
   // Histograms and the access log.
   ASSERT_EQ(
       http(port(), "POST", "/v1/completions", R"({"prompt":"And God said","max_tokens":3})").status,
