@@ -1,6 +1,10 @@
-// The MTP (nextn) block of generated files with one nextn layer, glm4moe (GLM-4.5) and deepseek2
-// (DeepSeek V3 layout): its arithmetic against a recomputation from the file's tensors
-// (concatenation order, norms, head), and its batched rows against row-by-row evaluation.
+// MTP (nextn) drafts on generated files with one nextn layer, glm4moe (GLM-4.5) and deepseek2
+// (DeepSeek V3 layout): the MTP block's arithmetic against a recomputation from the file's
+// tensors (concatenation order, norms, head) and its batched rows against row-by-row evaluation;
+// greedy generation with MTP drafts token-identical to plain decoding (experts in RAM and
+// streamed through one store), drafts produced and verified; accepted drafts on a file whose
+// heads always pick token 0; the errors of --draft mtp without MTP layers. Random weights accept
+// no drafts otherwise: there only exactness is asserted.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -8,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -16,6 +21,8 @@
 #include "model/gen/gen_model.h"
 #include "model/model.h"
 #include "quant/dequant.h"
+#include "sluice/serving.h"
+#include "sluice/sluice.h"
 
 namespace fs = std::filesystem;
 using namespace sluice;
@@ -23,7 +30,7 @@ using namespace sluice;
 namespace {
 
 // 2-layer glm4moe and deepseek2 files with one nextn layer (F32 weights, so the recomputation
-// below is exact up to summation order), written once.
+// below is exact up to summation order), and the glm4moe file without it, written once.
 class MtpModel : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -40,6 +47,9 @@ class MtpModel : public ::testing::Test {
     s.vocab_from = std::string(SLUICE_SOURCE_DIR) + "/tests/data/vocab/tiny-bpe.gguf";
     path_ = (dir_ / "glm-nextn.gguf").string();
     write_random_model(s, path_);
+    s.n_nextn = 0;
+    plain_path_ = (dir_ / "glm-plain.gguf").string();
+    write_random_model(s, plain_path_);
 
     GenSpec v3 = gen_preset("deepseek-v3");
     v3.n_layer = 2;
@@ -64,6 +74,28 @@ class MtpModel : public ::testing::Test {
     v3_path_ = (dir_ / "deepseek-v3-nextn.gguf").string();
     write_random_model(v3, v3_path_);
 
+    // The glm4moe file with output_norm and the MTP block's shared_head_norm zeroed: every logit
+    // of both heads is 0, so greedy decoding and every MTP draft are token 0 (the first maximum),
+    // and drafts are accepted.
+    constant_path_ = (dir_ / "glm-nextn-constant.gguf").string();
+    fs::copy_file(path_, constant_path_);
+    zero_tensors(constant_path_, {"output_norm.weight", "blk.2.nextn.shared_head_norm.weight"});
+  }
+
+  static void zero_tensors(const std::string& path, const std::vector<std::string>& names) {
+    std::vector<std::pair<uint64_t, uint64_t>> ranges;
+    {
+      auto f = gguf::File::open(path);
+      for (const std::string& n : names)
+        ranges.emplace_back(f->tensor(n).file_offset, f->tensor(n).nbytes);
+    }
+    std::fstream out(path, std::ios::in | std::ios::out | std::ios::binary);
+    for (const auto& [offset, n] : ranges) {
+      const std::vector<char> zeros(n, 0);
+      out.seekp(static_cast<std::streamoff>(offset));
+      out.write(zeros.data(), static_cast<std::streamsize>(n));
+    }
+    ASSERT_TRUE(out.good()) << path;
   }
   static void TearDownTestSuite() { fs::remove_all(dir_); }
 
@@ -74,7 +106,7 @@ class MtpModel : public ::testing::Test {
   }
 
   static inline fs::path dir_;
-  static inline std::string path_, v3_path_;
+  static inline std::string path_, plain_path_, v3_path_, constant_path_;
 };
 
 std::vector<float> tensor_f32(const gguf::File& f, const std::string& name) {
@@ -191,6 +223,124 @@ TEST_F(MtpModel, ForwardMatchesRecomputationFromTensors) {
 }
 TEST_F(MtpModel, DeepSeekV3ForwardMatchesRecomputationFromTensors) {
   check_forward(v3_path_, prompt());
+}
+
+GenerateOptions greedy(int n, DraftMode mode) {
+  GenerateOptions o;
+  o.max_tokens = n;
+  o.sampling.temperature = 0;
+  o.stop_at_eog = false;
+  o.draft.mode = mode;
+  o.draft.max = 4;
+  o.draft.adaptive = false;  // every step drafts: the test sees drafts verified
+  return o;
+}
+
+void expect_identical_with_mtp(const std::string& path, ExpertMode mode,
+                               const std::vector<int32_t>& prompt) {
+  constexpr int kGen = 48;
+  EngineOptions eo;
+  eo.model_path = path;
+  eo.n_ctx = 256;
+  eo.experts = mode;
+  eo.lock_memory = false;
+  eo.draft = DraftMode::kMtp;
+  auto engine = Engine::load(eo);
+  const GenerateResult plain =
+      engine->new_session()->generate(prompt, greedy(kGen, DraftMode::kNone), {});
+  auto session = engine->new_session();
+  const GenerateResult mtp = session->generate(prompt, greedy(kGen, DraftMode::kMtp), {});
+  std::printf("[%s] MTP: %d drafted, %d accepted, %d forward passes for %d tokens\n",
+              expert_mode_name(mode), mtp.n_drafted, mtp.n_accepted, mtp.n_steps, kGen);
+  EXPECT_EQ(plain.n_drafted, 0);
+  EXPECT_EQ(mtp.tokens, plain.tokens);
+  EXPECT_GT(mtp.n_drafted, 0);
+  EXPECT_EQ(mtp.n_steps + mtp.n_accepted, kGen);
+  EXPECT_EQ(session->tokens().size(), prompt.size() + kGen - 1);
+  // A follow-up prompt reuses the session's context; its generation stays exact too.
+  std::vector<int32_t> more = session->tokens();
+  more.insert(more.end(), prompt.begin(), prompt.begin() + 8);
+  const GenerateResult again = session->generate(more, greedy(16, DraftMode::kMtp), {});
+  const GenerateResult again_plain =
+      engine->new_session()->generate(more, greedy(16, DraftMode::kNone), {});
+  EXPECT_EQ(again.tokens, again_plain.tokens);
+  EXPECT_GT(again.n_drafted, 0);
+}
+
+TEST_F(MtpModel, GreedyOutputIsIdenticalWithMtpDrafts) {
+  expect_identical_with_mtp(path_, ExpertMode::kRam, prompt());
+}
+
+// The MTP block's routed experts stream through the same store as the main layers'.
+TEST_F(MtpModel, GreedyOutputIsIdenticalWithMtpDraftsStreamed) {
+  expect_identical_with_mtp(path_, ExpertMode::kStream, prompt());
+}
+
+TEST_F(MtpModel, DeepSeekV3GreedyOutputIsIdenticalWithMtpDrafts) {
+  expect_identical_with_mtp(v3_path_, ExpertMode::kRam, prompt());
+}
+
+// Accepted MTP drafts: several tokens per verify pass, the MTP cache caught up over the accepted
+// rows each step.
+TEST_F(MtpModel, AcceptedMtpDraftsGiveSeveralTokensPerPass) {
+  constexpr int kGen = 40;
+  EngineOptions eo;
+  eo.model_path = constant_path_;
+  eo.n_ctx = 256;
+  eo.draft = DraftMode::kMtp;
+  auto engine = Engine::load(eo);
+  const GenerateResult plain =
+      engine->new_session()->generate(prompt(), greedy(kGen, DraftMode::kNone), {});
+  const GenerateResult mtp =
+      engine->new_session()->generate(prompt(), greedy(kGen, DraftMode::kMtp), {});
+  std::printf("MTP: %d drafted, %d accepted, %d forward passes for %d tokens\n", mtp.n_drafted,
+              mtp.n_accepted, mtp.n_steps, kGen);
+  EXPECT_EQ(plain.tokens, std::vector<int32_t>(kGen, 0));
+  EXPECT_EQ(mtp.tokens, plain.tokens);
+  EXPECT_EQ(mtp.n_accepted, mtp.n_drafted);
+  EXPECT_EQ(mtp.n_steps + mtp.n_accepted, kGen);
+  EXPECT_LE(mtp.n_steps, kGen / 4 + 1);  // 4 drafts + 1 token per pass
+}
+
+TEST_F(MtpModel, AutoDraftsWithMtpWhenTheFileHasIt) {
+  EngineOptions eo;
+  eo.model_path = path_;
+  eo.n_ctx = 256;
+  eo.draft = DraftMode::kAuto;
+  auto engine = Engine::load(eo);
+  const GenerateResult a =
+      engine->new_session()->generate(prompt(), greedy(24, DraftMode::kAuto), {});
+  const GenerateResult m =
+      engine->new_session()->generate(prompt(), greedy(24, DraftMode::kMtp), {});
+  EXPECT_EQ(a.tokens, m.tokens);
+  EXPECT_EQ(a.n_drafted, m.n_drafted);
+  EXPECT_EQ(a.n_accepted, m.n_accepted);
+}
+
+TEST_F(MtpModel, MtpWithoutNextnLayersIsAnError) {
+  EngineOptions eo;
+  eo.model_path = plain_path_;
+  eo.n_ctx = 64;
+  eo.draft = DraftMode::kMtp;
+  try {
+    Engine::load(eo);
+    FAIL() << "loaded --draft mtp on a file without MTP layers";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no MTP layers"), std::string::npos) << e.what();
+  }
+  // auto on such a file drafts n-grams; asking a session for mtp names the cause.
+  eo.draft = DraftMode::kAuto;
+  auto engine = Engine::load(eo);
+  try {
+    engine->new_session()->generate(prompt(), greedy(4, DraftMode::kMtp), {});
+    FAIL() << "generated with mtp drafts without MTP layers";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no MTP (nextn) layers"), std::string::npos) << e.what();
+  }
+  // The batch scheduler does not run MTP drafts and says so.
+  SchedulerOptions so;
+  so.draft.mode = DraftMode::kMtp;
+  EXPECT_THROW({ Scheduler scheduler(*engine, so); }, Error);
 }
 
 }  // namespace
