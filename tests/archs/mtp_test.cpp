@@ -2,9 +2,10 @@
 // (DeepSeek V3 layout): the MTP block's arithmetic against a recomputation from the file's
 // tensors (concatenation order, norms, head) and its batched rows against row-by-row evaluation;
 // greedy generation with MTP drafts token-identical to plain decoding (experts in RAM and
-// streamed through one store), drafts produced and verified; accepted drafts on a file whose
-// heads always pick token 0; the errors of --draft mtp without MTP layers. Random weights accept
-// no drafts otherwise: there only exactness is asserted.
+// streamed through one store), drafts produced and verified; accepted drafts (greedy and
+// sampled) on a file whose heads always pick token 0; a context restored from disk; the errors of
+// --draft mtp without MTP layers. Random weights accept no drafts otherwise: there only exactness
+// is asserted.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -300,6 +301,49 @@ TEST_F(MtpModel, AcceptedMtpDraftsGiveSeveralTokensPerPass) {
   EXPECT_EQ(mtp.n_accepted, mtp.n_drafted);
   EXPECT_EQ(mtp.n_steps + mtp.n_accepted, kGen);
   EXPECT_LE(mtp.n_steps, kGen / 4 + 1);  // 4 drafts + 1 token per pass
+}
+
+// A context restored from disk comes without the main pass's hidden rows: that session drafts
+// nothing with MTP (and stays exact) until it starts over; a new session drafts again.
+TEST_F(MtpModel, RestoredContextDraftsNothingAndStaysExact) {
+  EngineOptions eo;
+  eo.model_path = path_;
+  eo.n_ctx = 256;
+  eo.draft = DraftMode::kMtp;
+  auto engine = Engine::load(eo);
+  const std::string state = (dir_ / "restored.kv").string();
+  const std::vector<int32_t> p = prompt();
+  auto first = engine->new_session();
+  first->generate(p, greedy(8, DraftMode::kMtp), {});
+  first->save(state);
+  std::vector<int32_t> more = first->tokens();
+  more.insert(more.end(), p.begin(), p.begin() + 4);
+  auto restored = engine->new_session();
+  ASSERT_EQ(restored->load(state), "");
+  const GenerateResult r = restored->generate(more, greedy(16, DraftMode::kMtp), {});
+  const GenerateResult plain =
+      engine->new_session()->generate(more, greedy(16, DraftMode::kNone), {});
+  EXPECT_EQ(r.tokens, plain.tokens);
+  EXPECT_EQ(r.n_drafted, 0);
+  restored->clear();
+  const GenerateResult again = restored->generate(more, greedy(16, DraftMode::kMtp), {});
+  EXPECT_EQ(again.tokens, plain.tokens);
+  EXPECT_GT(again.n_drafted, 0);
+}
+
+// Temperature sampling with MTP drafts: the rejection rule runs on MTP drafts like on n-gram ones.
+TEST_F(MtpModel, SamplingWithMtpDraftsAccountsEveryToken) {
+  EngineOptions eo;
+  eo.model_path = constant_path_;
+  eo.n_ctx = 256;
+  eo.draft = DraftMode::kMtp;
+  auto engine = Engine::load(eo);
+  GenerateOptions o = greedy(32, DraftMode::kMtp);
+  o.sampling.temperature = 1.0f;
+  const GenerateResult r = engine->new_session()->generate(prompt(), o, {});
+  EXPECT_EQ(r.tokens.size(), 32u);
+  EXPECT_GT(r.n_drafted, 0);
+  EXPECT_EQ(r.n_steps + r.n_accepted, 32);
 }
 
 TEST_F(MtpModel, AutoDraftsWithMtpWhenTheFileHasIt) {
