@@ -104,8 +104,7 @@ void Model::forward_stage(ThreadPool& pool, const Batch& batch, KvCache& kv, Exp
     if (batch.want_logits[t]) picked.insert(picked.end(), x.begin() + t * width, x.begin() + (t + 1) * width);
   const int64_t n_out = static_cast<int64_t>(picked.size()) / width;
   rows.resize(n_out * n_embd);
-  if (n_out > 0) head_input(pool, picked.data(), n_out, rows.data());
-  for (int64_t t = 0; t < n_out; ++t) rmsnorm(rows.data() + t * n_embd, output_norm_.f32(), rows.data() + t * n_embd, n_embd, hp_.rms_eps);
+  if (n_out > 0) head_rows(pool, picked.data(), n_out, rows.data());
   logits.resize(n_out * hp_.n_vocab);
   if (n_out > 0) matmul(pool, output_.mat(), rows.data(), n_out, logits.data());
 }
@@ -167,8 +166,8 @@ void Model::forward_mtp(ThreadPool& pool, const Batch& batch, const float* hidde
   }
   for (const auto& [s, end] : seq_end) kv.reserve(s, end);
 
-  // Each row: [enorm(embedding of the next token); hnorm(hidden)], embedding first as
-  // DeepSeek V3's reference code and llama.cpp concatenate them, then eh_proj.
+  // Each row: [enorm(embedding of the next token); hnorm(hidden)], embedding first as vLLM's
+  // deepseek_mtp and llama.cpp concatenate them, then eh_proj.
   std::vector<float> cat(n_tok * 2 * n_embd);
   const uint64_t row = mtp_.embed.row_bytes();
   for (int64_t t = 0; t < n_tok; ++t) {
@@ -187,16 +186,23 @@ void Model::forward_mtp(ThreadPool& pool, const Batch& batch, const float* hidde
   ctx.dump("l_out", il, x.data(), n_embd);
   for (const auto& [s, end] : seq_end) kv.set_length(s, std::max(kv.length(s), end));
 
+  for (int64_t t = 0; t < n_tok; ++t)
+    rmsnorm(x.data() + t * n_embd, mtp_.shared_head_norm.f32(), x.data() + t * n_embd, n_embd,
+            hp_.rms_eps);
   std::vector<float> rows;
   for (int64_t t = 0; t < n_tok; ++t)
     if (batch.want_logits[t])
       rows.insert(rows.end(), x.begin() + t * n_embd, x.begin() + (t + 1) * n_embd);
   const int64_t n_out = static_cast<int64_t>(rows.size()) / n_embd;
-  for (int64_t t = 0; t < n_out; ++t)
-    rmsnorm(rows.data() + t * n_embd, mtp_.shared_head_norm.f32(), rows.data() + t * n_embd, n_embd,
-            hp_.rms_eps);
   logits.resize(n_out * hp_.n_vocab);
   if (n_out > 0) matmul(pool, mtp_.head.mat(), rows.data(), n_out, logits.data());
+}
+
+void Model::head_rows(ThreadPool& pool, const float* x, int64_t n, float* y) const {
+  const int64_t n_embd = hp_.n_embd;
+  head_input(pool, x, n, y);
+  for (int64_t t = 0; t < n; ++t)
+    rmsnorm(y + t * n_embd, output_norm_.f32(), y + t * n_embd, n_embd, hp_.rms_eps);
 }
 
 void Model::head_input(ThreadPool&, const float* x, int64_t n, float* h) const { std::copy_n(x, n * hp_.n_embd, h); }

@@ -110,6 +110,9 @@ class Model {
   void forward_stage(ThreadPool& pool, const Batch& batch, KvCache& kv, ExpertStore& experts,
                      std::vector<float>& hidden, std::vector<float>& logits, const ActivationHook* hook = nullptr);
   int64_t hidden_width() const { return static_cast<int64_t>(residual_streams()) * hp_.n_embd; }
+  // What the output head multiplies: n rows of the final residual stream (hidden_width() each)
+  // through head_input and output_norm, n_embd each into y.
+  void head_rows(ThreadPool& pool, const float* x, int64_t n, float* y) const;
 
   // Multi-token prediction (GLM-4.5 / DeepSeek V3 nextn blocks, appended after the n_layer main
   // layers in block_count). Not loaded by default, so memory plans and streaming do not change.
@@ -122,12 +125,14 @@ class Model {
   void load_mtp(const gguf::File& file);
   // The KV cache of the MTP block alone (width 0 for the main layers), n_ctx positions.
   std::unique_ptr<KvCache> make_mtp_kv_cache(int n_ctx, const KvCacheConfig& config = {}) const;
-  // Runs the MTP block on batch rows: row t combines `hidden` row t (the main model's final
-  // residual at the row's position, before output_norm; or a previous MTP output when chaining)
+  // Runs the MTP block on batch rows: row t combines `hidden` row t (what the main head saw at
+  // the row's position, head_rows(); or a previous MTP step's `out_hidden` row when chaining)
   // with the embedding of batch.tokens[t] (the token after that position), at batch.pos[t]
-  // (the position of the hidden row, as DeepSeek V3 and vLLM place it). `out_hidden` gets the
-  // block's output rows (n_tok × n_embd) for chaining, `logits` the draft logits of the rows with
-  // want_logits (predicting the token after batch.tokens[t]).
+  // (the position of the hidden row, as vLLM places it; RoPE is relative, so placing every row
+  // one later, at its token's position, gives the same drafts). `out_hidden` gets what the MTP
+  // head sees, shared_head_norm of the block's output (n_tok × n_embd; vLLM's deepseek_mtp
+  // recycles it when chaining), `logits` the draft logits of the rows with want_logits
+  // (predicting the token after batch.tokens[t]).
   void forward_mtp(ThreadPool& pool, const Batch& batch, const float* hidden, KvCache& kv,
                    ExpertStore& experts, std::vector<float>& out_hidden, std::vector<float>& logits,
                    const ActivationHook* hook = nullptr);

@@ -210,7 +210,7 @@ struct Session::Impl {
         if (rows) rows->insert(rows->end(), out.end() - static_cast<ptrdiff_t>(kept) * n_vocab, out.end());
         logits.assign(out.end() - n_vocab, out.end());
       }
-      if (mtp) mtp->add_hidden(start, hidden);
+      if (mtp) mtp->add_hidden(*engine->pool, start, hidden);
       progress.update(static_cast<uint64_t>(end - from));
     }
   }

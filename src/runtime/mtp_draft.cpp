@@ -18,11 +18,12 @@ constexpr int kCatchUpRows = kEngineKvStep;
 MtpDrafter::MtpDrafter(Model& model, int n_ctx, const KvCacheConfig& config)
     : model_(model), kv_(model.make_mtp_kv_cache(n_ctx, config)), n_embd_(model.hparams().n_embd) {}
 
-void MtpDrafter::add_hidden(int pos, std::span<const float> rows) {
+void MtpDrafter::add_hidden(ThreadPool& pool, int pos, std::span<const float> rows) {
   if (pos > valid_) return;
   const int n = static_cast<int>(rows.size() / n_embd_);
   hidden_.resize(static_cast<size_t>(pos + n) * n_embd_);
-  std::copy(rows.begin(), rows.end(), hidden_.begin() + static_cast<ptrdiff_t>(pos) * n_embd_);
+  // vLLM's MTP takes the target model's output after its final norm, as the head sees it.
+  model_.head_rows(pool, rows.data(), n, hidden_.data() + static_cast<ptrdiff_t>(pos) * n_embd_);
   valid_ = pos + n;
 }
 

@@ -141,8 +141,8 @@ void check_forward(const std::string& path, const std::vector<int32_t>& p) {
   auto experts = make_in_place_store(model->expert_layout(), "ram");
   const int n = static_cast<int>(p.size());
 
-  // The main pass: `hidden` is the final residual before the output norm (its norm and the head
-  // give the logits), which MTP starts from.
+  // The main pass: `hidden` is the final residual before the output norm; head_rows() gives what
+  // the head multiplies (its output_norm), which MTP starts from.
   auto kv = model->make_kv_cache(64);
   Batch b;
   for (int i = 0; i < n; ++i) b.add(p[i], i, 0, true);
@@ -153,17 +153,21 @@ void check_forward(const std::string& path, const std::vector<int32_t>& p) {
   const std::vector<float> embd = tensor_f32(*file, "token_embd.weight");
   const std::vector<float> head =
       file->find_tensor("output.weight") ? tensor_f32(*file, "output.weight") : embd;
-  {
-    const std::vector<double> h = rms_norm(hidden.data() + (n - 1) * d, out_norm, d, hp.rms_eps);
+  std::vector<float> head_in(n * d);
+  model->head_rows(pool, hidden.data(), n, head_in.data());
+  for (int t : {0, n - 1}) {
+    const std::vector<double> h = rms_norm(hidden.data() + t * d, out_norm, d, hp.rms_eps);
+    for (int64_t i = 0; i < d; ++i) ASSERT_NEAR(head_in[t * d + i], h[i], 1e-5) << "row " << t;
     for (int v = 0; v < hp.n_vocab; v += 97) {
       double z = 0;
       for (int64_t i = 0; i < d; ++i) z += h[i] * head[v * d + i];
-      EXPECT_NEAR(logits[(n - 1) * hp.n_vocab + v], z, 1e-3) << "token " << v;
+      EXPECT_NEAR(logits[t * hp.n_vocab + v], z, 1e-3) << "row " << t << " token " << v;
     }
   }
 
-  // MTP over rows 0..n−2: row t = hidden t with token t + 1 at position t. The hook gives the
-  // projected input and the block's output; both are recomputed here from the file's tensors.
+  // MTP over rows 0..n−2: row t = head input t with token t + 1 at position t. The hook gives
+  // the projected input and the block's output; the projection, the normed output and the
+  // logits are recomputed here from the file's tensors.
   const std::string blk = "blk." + std::to_string(hp.n_layer) + ".nextn.";
   const std::vector<float> eh = tensor_f32(*file, blk + "eh_proj.weight");  // (2·d, d)
   const std::vector<float> en = tensor_f32(*file, blk + "enorm.weight");
@@ -179,23 +183,24 @@ void check_forward(const std::string& path, const std::vector<int32_t>& p) {
     if (std::strcmp(name, "mtp_eh_proj") == 0) proj.assign(data, data + rows * cols);
     if (std::strcmp(name, "l_out") == 0) block_out.assign(data, data + rows * cols);
   };
-  model->forward_mtp(pool, mb, hidden.data(), *mkv, *experts, mout, mlogits, &hook);
+  model->forward_mtp(pool, mb, head_in.data(), *mkv, *experts, mout, mlogits, &hook);
   ASSERT_EQ(mlogits.size(), static_cast<size_t>((n - 1) * hp.n_vocab));
   ASSERT_EQ(proj.size(), static_cast<size_t>((n - 1) * d));
-  EXPECT_EQ(block_out, mout);
+  ASSERT_EQ(block_out.size(), mout.size());
   EXPECT_EQ(mkv->length(0), n - 1);
   for (int t : {0, n / 2, n - 2}) {
-    // Embedding half first: eh_proj · [enorm(embed(token t+1)); hnorm(hidden t)].
+    // Embedding half first: eh_proj · [enorm(embed(token t+1)); hnorm(head input t)].
     std::vector<double> cat = rms_norm(embd.data() + p[t + 1] * d, en, d, hp.rms_eps);
-    const std::vector<double> hh = rms_norm(hidden.data() + t * d, hn, d, hp.rms_eps);
+    const std::vector<double> hh = rms_norm(head_in.data() + t * d, hn, d, hp.rms_eps);
     cat.insert(cat.end(), hh.begin(), hh.end());
     for (int64_t o = 0; o < d; ++o) {
       double z = 0;
       for (int64_t i = 0; i < 2 * d; ++i) z += cat[i] * eh[o * 2 * d + i];
       ASSERT_NEAR(proj[t * d + o], z, 1e-4) << "row " << t << " output " << o;
     }
-    // Logits: the main head over shared_head_norm of the block's output.
-    const std::vector<double> y = rms_norm(mout.data() + t * d, sh, d, hp.rms_eps);
+    // The output: shared_head_norm of the block's; logits: the main head over it.
+    const std::vector<double> y = rms_norm(block_out.data() + t * d, sh, d, hp.rms_eps);
+    for (int64_t i = 0; i < d; ++i) ASSERT_NEAR(mout[t * d + i], y[i], 1e-5) << "row " << t;
     for (int v = 0; v < hp.n_vocab; v += 61) {
       double z = 0;
       for (int64_t i = 0; i < d; ++i) z += y[i] * head[v * d + i];
@@ -209,7 +214,7 @@ void check_forward(const std::string& path, const std::vector<int32_t>& p) {
     Batch one;
     one.add(p[t + 1], t, 0, true);
     std::vector<float> o1, l1;
-    model->forward_mtp(pool, one, hidden.data() + t * d, *kv1, *experts, o1, l1);
+    model->forward_mtp(pool, one, head_in.data() + t * d, *kv1, *experts, o1, l1);
     float max_diff = 0;
     for (int v = 0; v < hp.n_vocab; ++v)
       max_diff = std::max(max_diff, std::fabs(l1[v] - mlogits[t * hp.n_vocab + v]));
