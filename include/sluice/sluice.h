@@ -40,6 +40,10 @@ struct EngineOptions {
   bool debug = false;            // log every expert hit and miss
   KvType kv_type_k = KvType::kF32;  // storage of cached keys (MLA: the latent and rope key)
   KvType kv_type_v = KvType::kF32;  // storage of cached values
+  // The drafts sessions will use. kMtp loads the file's MTP (nextn) block (an error when it has
+  // none): its weights, a KV cache beside each session's, its routed experts streamed through the
+  // same store. kAuto loads it when the file has one. kNone/kNgram never read it.
+  DraftMode draft = DraftMode::kNone;
   // Pipeline stage: the layers [layer_begin, layer_end) this engine runs (−1: to the last), and
   // the link to the neighbouring stages; none: the whole model in this process.
   int layer_begin = 0;

@@ -30,13 +30,14 @@ enum class EvictionPolicy { kLru, kLfu, kNextUse };
 // zeros to whole blocks.
 enum class KvType { kF32, kF16, kBF16, kQ8_0, kQ4_0 };
 // Speculative decoding: where draft tokens come from. auto: the file's MTP layers when it has
-// them, else n-gram lookup; ngram: continuations of earlier occurrences of the context's last
-// tokens (prompt lookup, no extra weights); none: one token per forward pass.
-enum class DraftMode { kAuto, kNone, kNgram };
+// them and the engine loaded them (EngineOptions::draft), else n-gram lookup; ngram: continuations
+// of earlier occurrences of the context's last tokens (prompt lookup, no extra weights); mtp: the
+// file's multi-token-prediction (nextn) block; none: one token per forward pass.
+enum class DraftMode { kAuto, kNone, kNgram, kMtp };
 
 const char* expert_mode_name(ExpertMode m);          // "auto", "ram", "mmap", "stream"
 const char* eviction_policy_name(EvictionPolicy p);  // "lru", "lfu", "nextuse"
-const char* draft_mode_name(DraftMode m);            // "auto", "none", "ngram"
+const char* draft_mode_name(DraftMode m);            // "auto", "none", "ngram", "mtp"
 // nullopt for any other spelling.
 std::optional<ExpertMode> parse_expert_mode(std::string_view name);
 std::optional<EvictionPolicy> parse_eviction_policy(std::string_view name);

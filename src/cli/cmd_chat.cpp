@@ -49,7 +49,10 @@ int cmd_chat(int argc, char** argv) {
   SLUICE_PARSE(app, argc, argv);
   cfg.generate.draft = draft_options(df);
 
-  auto engine = Engine::load(engine_options(mf));
+  EngineOptions eo = engine_options(mf);
+  eo.draft = cfg.generate.draft.max > 0 ? cfg.generate.draft.mode
+                                        : DraftMode::kNone;  // loads the MTP block for mtp/auto
+  auto engine = Engine::load(eo);
   const ModelInfo& mi = engine->info();
   fmt::print(stderr, "model: {} ({}, {} layers, {} experts top-{}), loaded in {:.2f} s; {}\n", mf.model,
              mi.architecture, mi.n_layer, mi.n_expert, mi.n_expert_used, engine->load_seconds(), mi.experts_detail);

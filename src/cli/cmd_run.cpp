@@ -39,6 +39,8 @@ int cmd_run(int argc, char** argv) {
   go.draft = draft_options(df);
 
   EngineOptions eo = engine_options(mf);
+  eo.draft =
+      go.draft.max > 0 ? go.draft.mode : DraftMode::kNone;  // loads the MTP block for mtp/auto
   apply_pipeline(mf, eo);
   pipeline_output_from(0);
   auto engine = Engine::load(eo);

@@ -105,8 +105,12 @@ void restore_session(Session& session, const std::string& path) {
 }
 
 void add_draft_flags(CLI::App& app, DraftFlags& d) {
-  app.add_option("--draft", d.mode, "speculative decoding: auto (n-gram lookup), ngram or none")
-      ->check(CLI::IsMember({"auto", "none", "ngram"}))->capture_default_str();
+  app.add_option("--draft", d.mode,
+                 "speculative decoding: auto (the file's MTP layers when it has them, else n-gram "
+                 "lookup), mtp, ngram "
+                 "or none")
+      ->check(CLI::IsMember({"auto", "none", "ngram", "mtp"}))
+      ->capture_default_str();
   app.add_option("--draft-max", d.options.max, "most tokens drafted per step")->check(CLI::Range(0, 64))->capture_default_str();
   app.add_option("--draft-min", d.options.min, "draft only when at least N tokens are proposed")->check(CLI::Range(0, 64))->capture_default_str();
 }

@@ -9,7 +9,8 @@ namespace {
 constexpr std::array kModes = {ExpertMode::kAuto, ExpertMode::kRam, ExpertMode::kMmap, ExpertMode::kStream};
 constexpr std::array kPolicies = {EvictionPolicy::kLru, EvictionPolicy::kLfu, EvictionPolicy::kNextUse};
 constexpr std::array kKvTypes = {KvType::kF32, KvType::kF16, KvType::kBF16, KvType::kQ8_0, KvType::kQ4_0};
-constexpr std::array kDraftModes = {DraftMode::kAuto, DraftMode::kNone, DraftMode::kNgram};
+constexpr std::array kDraftModes = {DraftMode::kAuto, DraftMode::kNone, DraftMode::kNgram,
+                                    DraftMode::kMtp};
 }  // namespace
 
 const char* expert_mode_name(ExpertMode m) {
@@ -36,6 +37,7 @@ const char* draft_mode_name(DraftMode m) {
     case DraftMode::kAuto: return "auto";
     case DraftMode::kNone: return "none";
     case DraftMode::kNgram: return "ngram";
+    case DraftMode::kMtp: return "mtp";
   }
   return "?";
 }

@@ -104,10 +104,105 @@ void Model::forward_stage(ThreadPool& pool, const Batch& batch, KvCache& kv, Exp
     if (batch.want_logits[t]) picked.insert(picked.end(), x.begin() + t * width, x.begin() + (t + 1) * width);
   const int64_t n_out = static_cast<int64_t>(picked.size()) / width;
   rows.resize(n_out * n_embd);
-  if (n_out > 0) head_input(pool, picked.data(), n_out, rows.data());
-  for (int64_t t = 0; t < n_out; ++t) rmsnorm(rows.data() + t * n_embd, output_norm_.f32(), rows.data() + t * n_embd, n_embd, hp_.rms_eps);
+  if (n_out > 0) head_rows(pool, picked.data(), n_out, rows.data());
   logits.resize(n_out * hp_.n_vocab);
   if (n_out > 0) matmul(pool, output_.mat(), rows.data(), n_out, logits.data());
+}
+
+void Model::fail_no_mtp(int il) const {
+  fail("architecture '{}' cannot run its MTP block (blk.{})", hp_.arch, il);
+}
+
+void Model::load_mtp(const gguf::File& file) {
+  if (mtp_loaded_) return;
+  const int il = hp_.n_layer;
+  if (n_mtp_file_ <= 0)
+    fail(
+        "the model file has no MTP layers ({}.nextn_predict_layers is absent or 0): --draft mtp "
+        "needs them",
+        hp_.arch);
+  if (layer_begin_ != 0 || layer_end() != hp_.n_layer)
+    fail("the MTP block runs only with the whole model, not with layers {}:{}", layer_begin_,
+         layer_end());
+  WeightLoader wl(file);
+  const int64_t n_embd = hp_.n_embd;
+  auto n = [&](const char* what) { return WeightLoader::layer_name(il, what); };
+  mtp_.eh_proj = wl.require(n("nextn.eh_proj.weight"), {2 * n_embd, n_embd});
+  mtp_.enorm = wl.require_f32(n("nextn.enorm.weight"), {n_embd});
+  mtp_.hnorm = wl.require_f32(n("nextn.hnorm.weight"), {n_embd});
+  mtp_.shared_head_norm = wl.require_f32(n("nextn.shared_head_norm.weight"), {n_embd});
+  mtp_.embed = wl.optional(n("nextn.embed_tokens.weight"), {n_embd, hp_.n_vocab});
+  if (!mtp_.embed) mtp_.embed = token_embd_;
+  mtp_.head = wl.optional(n("nextn.shared_head_head.weight"), {n_embd, hp_.n_vocab});
+  if (!mtp_.head) mtp_.head = output_;
+  if (static_cast<int>(expert_layout_.layers.size()) <= il) expert_layout_.layers.resize(il + 1);
+  load_mtp_layer(file, il);
+  mtp_loaded_ = true;
+}
+
+std::unique_ptr<KvCache> Model::make_mtp_kv_cache(int n_ctx, const KvCacheConfig& config) const {
+  if (!mtp_loaded_) fail("internal: MTP KV cache asked for without a loaded MTP block");
+  std::vector<KvLayerShape> layers(hp_.n_layer + 1);
+  layers[hp_.n_layer] = kv_layer(hp_.n_layer);
+  return std::make_unique<KvCache>(std::move(layers), n_ctx, config);
+}
+
+void Model::forward_mtp(ThreadPool& pool, const Batch& batch, const float* hidden, KvCache& kv,
+                        ExpertStore& experts, std::vector<float>& x, std::vector<float>& logits,
+                        const ActivationHook* hook) {
+  if (!mtp_loaded_) fail("internal: forward_mtp without a loaded MTP block");
+  const int64_t n_tok = batch.size();
+  const int64_t n_embd = hp_.n_embd;
+  const int il = hp_.n_layer;
+  if (n_tok == 0) fail("empty batch");
+  std::map<int32_t, int32_t> seq_end;
+  for (int64_t t = 0; t < n_tok; ++t) {
+    const int32_t tok = batch.tokens[t];
+    if (tok < 0 || tok >= hp_.n_vocab)
+      fail("token id {} is outside the vocabulary (0..{})", tok, hp_.n_vocab - 1);
+    if (batch.pos[t] < 0) fail("negative position {}", batch.pos[t]);
+    int32_t& e = seq_end[batch.seq[t]];
+    e = std::max(e, batch.pos[t] + 1);
+  }
+  for (const auto& [s, end] : seq_end) kv.reserve(s, end);
+
+  // Each row: [enorm(embedding of the next token); hnorm(hidden)], embedding first as vLLM's
+  // deepseek_mtp and llama.cpp concatenate them, then eh_proj.
+  std::vector<float> cat(n_tok * 2 * n_embd);
+  const uint64_t row = mtp_.embed.row_bytes();
+  for (int64_t t = 0; t < n_tok; ++t) {
+    float* c = cat.data() + t * 2 * n_embd;
+    dequantize_row(mtp_.embed.type, mtp_.embed.data + row * batch.tokens[t], c, n_embd);
+    rmsnorm(c, mtp_.enorm.f32(), c, n_embd, hp_.rms_eps);
+    rmsnorm(hidden + t * n_embd, mtp_.hnorm.f32(), c + n_embd, n_embd, hp_.rms_eps);
+  }
+  x.resize(n_tok * n_embd);
+  matmul(pool, mtp_.eh_proj.mat(), cat.data(), n_tok, x.data());
+
+  ForwardContext ctx{pool, batch, kv, experts, n_tok, hook};
+  ctx.dump("mtp_eh_proj", il, x.data(), n_embd);
+  layer(ctx, il, x.data());
+  ctx.issue_lookahead();
+  ctx.dump("l_out", il, x.data(), n_embd);
+  for (const auto& [s, end] : seq_end) kv.set_length(s, std::max(kv.length(s), end));
+
+  for (int64_t t = 0; t < n_tok; ++t)
+    rmsnorm(x.data() + t * n_embd, mtp_.shared_head_norm.f32(), x.data() + t * n_embd, n_embd,
+            hp_.rms_eps);
+  std::vector<float> rows;
+  for (int64_t t = 0; t < n_tok; ++t)
+    if (batch.want_logits[t])
+      rows.insert(rows.end(), x.begin() + t * n_embd, x.begin() + (t + 1) * n_embd);
+  const int64_t n_out = static_cast<int64_t>(rows.size()) / n_embd;
+  logits.resize(n_out * hp_.n_vocab);
+  if (n_out > 0) matmul(pool, mtp_.head.mat(), rows.data(), n_out, logits.data());
+}
+
+void Model::head_rows(ThreadPool& pool, const float* x, int64_t n, float* y) const {
+  const int64_t n_embd = hp_.n_embd;
+  head_input(pool, x, n, y);
+  for (int64_t t = 0; t < n; ++t)
+    rmsnorm(y + t * n_embd, output_norm_.f32(), y + t * n_embd, n_embd, hp_.rms_eps);
 }
 
 void Model::head_input(ThreadPool&, const float* x, int64_t n, float* h) const { std::copy_n(x, n * hp_.n_embd, h); }

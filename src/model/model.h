@@ -110,6 +110,32 @@ class Model {
   void forward_stage(ThreadPool& pool, const Batch& batch, KvCache& kv, ExpertStore& experts,
                      std::vector<float>& hidden, std::vector<float>& logits, const ActivationHook* hook = nullptr);
   int64_t hidden_width() const { return static_cast<int64_t>(residual_streams()) * hp_.n_embd; }
+  // What the output head multiplies: n rows of the final residual stream (hidden_width() each)
+  // through head_input and output_norm, n_embd each into y.
+  void head_rows(ThreadPool& pool, const float* x, int64_t n, float* y) const;
+
+  // Multi-token prediction (GLM-4.5 / DeepSeek V3 nextn blocks, appended after the n_layer main
+  // layers in block_count). Not loaded by default, so memory plans and streaming do not change.
+  int n_mtp_layers() const { return n_mtp_file_; }  // in the file (0: none)
+  bool mtp_loaded() const { return mtp_loaded_; }
+  // Loads the first MTP block (layer index n_layer): its decoder layer, nextn.* tensors, and its
+  // routed experts into the expert layout so they stream through the same store. Call after
+  // set_layer_range (the whole model only) and before building the expert store. Throws when the
+  // file has no MTP block.
+  void load_mtp(const gguf::File& file);
+  // The KV cache of the MTP block alone (width 0 for the main layers), n_ctx positions.
+  std::unique_ptr<KvCache> make_mtp_kv_cache(int n_ctx, const KvCacheConfig& config = {}) const;
+  // Runs the MTP block on batch rows: row t combines `hidden` row t (what the main head saw at
+  // the row's position, head_rows(); or a previous MTP step's `out_hidden` row when chaining)
+  // with the embedding of batch.tokens[t] (the token after that position), at batch.pos[t]
+  // (the position of the hidden row, as vLLM places it; RoPE is relative, so placing every row
+  // one later, at its token's position, gives the same drafts). `out_hidden` gets what the MTP
+  // head sees, shared_head_norm of the block's output (n_tok × n_embd; vLLM's deepseek_mtp
+  // recycles it when chaining), `logits` the draft logits of the rows with want_logits
+  // (predicting the token after batch.tokens[t]).
+  void forward_mtp(ThreadPool& pool, const Batch& batch, const float* hidden, KvCache& kv,
+                   ExpertStore& experts, std::vector<float>& out_hidden, std::vector<float>& logits,
+                   const ActivationHook* hook = nullptr);
 
  protected:
   explicit Model(HParams hp) : hp_(std::move(hp)) {}
@@ -127,6 +153,10 @@ class Model {
   }
   // Shared by architectures: token embedding, final norm and output head (tied when absent).
   void load_embedding_and_head(const gguf::File& file);
+  // The architecture's decoder layer `il` of the MTP block: loads it so that layer(ctx, il, x)
+  // runs it, and puts its routed experts into expert_layout_.layers[il]. Architectures without
+  // MTP support leave n_mtp_file_ at 0, and this is never called.
+  virtual void load_mtp_layer(const gguf::File&, int il) { fail_no_mtp(il); }
   // Architectures register each MoE layer's FFN norm and router for lookahead prefetch, and call
   // prefetch_next() with the residual stream x before running layer il's experts; the prediction
   // is issued once layer il's experts are pinned (ForwardContext::issue_lookahead).
@@ -147,6 +177,21 @@ class Model {
   bool prefetch_ = false;
   int layer_begin_ = 0;
   int layer_end_ = -1;  // −1: n_layer
+  int n_mtp_file_ = 0;  // architectures set it from nextn_predict_layers
+
+ private:
+  [[noreturn]] void fail_no_mtp(int il) const;
+  // The MTP block's own tensors (blk.{n_layer}.nextn.*).
+  struct MtpHead {
+    Tensor eh_proj;           // (2·n_embd, n_embd): [enorm(embedding); hnorm(hidden)] → n_embd
+    Tensor enorm;             // (n_embd)
+    Tensor hnorm;             // (n_embd)
+    Tensor shared_head_norm;  // (n_embd)
+    Tensor embed;             // (n_embd, n_vocab), the main token_embd when the file has none
+    Tensor head;              // (n_embd, n_vocab), the main output head when the file has none
+  };
+  MtpHead mtp_{};
+  bool mtp_loaded_ = false;
 };
 
 // Loads the architecture named by general.architecture; throws naming unsupported ones.

@@ -218,6 +218,20 @@ bool stage_reads_tensor(const gguf::File& file, const std::string& name, LayerSp
   return true;
 }
 
+void add_mtp_block(const gguf::File& file, int il, MemoryFacts& f) {
+  uint64_t expert = 0;
+  for (const auto& t : file.tensors()) {
+    if (layer_of(t.name) != il) continue;
+    if (classify_tensor(t.name) != TensorClass::RoutedExpert) {
+      f.resident_bytes = sat_add(f.resident_bytes, t.nbytes);
+      continue;
+    }
+    f.routed_bytes = sat_add(f.routed_bytes, t.nbytes);
+    if (auto s = expert_slice(t)) expert += s->bytes_per_expert;
+  }
+  f.expert_bytes = std::max(f.expert_bytes, expert);
+}
+
 MemoryFacts memory_facts(const gguf::File& file, const KvCacheConfig& config, int64_t n_ctx, LayerSpan span) {
   const ModelSummary m = read_model_summary(file);
   int first_mtp = -1;

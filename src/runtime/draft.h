@@ -14,14 +14,18 @@
 
 namespace sluice {
 
-// Fails (sluice::Error naming the flag) unless 0 ≤ min ≤ max ≤ kMaxDraft.
+// Fails (sluice::Error naming the flag) unless 0 ≤ min ≤ max ≤ kMaxDraft, and for DraftMode::kMtp
+// unless the caller runs MTP drafts (`mtp_runs`: Session::generate; the Scheduler does not).
 inline constexpr int kMaxDraft = 64;
-void check_draft_options(const DraftOptions& o);
+void check_draft_options(const DraftOptions& o, bool mtp_runs = false);
 
 // Suffix lengths prompt lookup tries, longest first. A 2-token match is the least a draft may
 // rest on; whether its drafts pay is for DraftPolicy to learn.
 inline constexpr int kNgramMax = 4;
 inline constexpr int kNgramMin = 2;
+// MTP drafts have their own acceptance estimate in DraftPolicy, under a "match length" below the
+// n-gram ones.
+inline constexpr int kMtpMatch = 1;
 
 struct NgramDraft {
   std::vector<int32_t> tokens;

@@ -15,6 +15,7 @@
 #include "runtime/engine_impl.h"
 #include "runtime/expert_setup.h"
 #include "runtime/kv_state.h"
+#include "runtime/mtp_draft.h"
 #include "sluice/sluice.h"
 #include "tokenizer/tokenizer.h"
 
@@ -43,6 +44,9 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& o) {
   impl->file = gguf::File::open(o.model_path);
   impl->model = load_model(*impl->file);
   impl->model->set_layer_range(o.layer_begin, o.layer_end);
+  if (o.draft == DraftMode::kMtp ||
+      (o.draft == DraftMode::kAuto && impl->model->n_mtp_layers() > 0 && !o.link))
+    impl->model->load_mtp(*impl->file);
   impl->link = o.link;
   impl->tokenizer = Tokenizer::from_gguf(*impl->file);
   if (o.kv_slots < 1) fail("kv_slots {}: expected at least 1 sequence", o.kv_slots);
@@ -58,7 +62,7 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& o) {
                     impl->n_ctx, hp.n_ctx_train, hp.n_ctx_train);
   impl->kv_config = engine_kv_config(o.kv_type_k, o.kv_type_v);
   const std::unique_ptr<KvCache> kv_shape = impl->make_kv_cache(impl->n_ctx);
-  const ExpertPlan plan = plan_experts(*impl->file, o, *kv_shape, impl->n_ctx);
+  const ExpertPlan plan = plan_experts(*impl->file, *impl->model, o, *kv_shape, impl->n_ctx);
   const MemoryFacts& f = plan.facts;
   const uint64_t token_bytes =
       f.resident_bytes + (f.n_expert > 0 ? f.routed_bytes / f.n_expert * f.n_expert_used : 0);
@@ -119,8 +123,11 @@ bool Engine::is_eog(int32_t token) const { return impl_->tokenizer->is_eog(token
 
 int32_t Engine::share_token(int32_t token) { return impl_->link ? impl_->link->share_token(token) : token; }
 
-void engine_forward(Engine::Impl& e, const Batch& batch, KvCache& kv, std::vector<float>& logits) {
+void engine_forward(Engine::Impl& e, const Batch& batch, KvCache& kv, std::vector<float>& logits,
+                    std::vector<float>* final_hidden) {
   Model& m = *e.model;
+  if (!e.link && final_hidden)
+    return m.forward_stage(*e.pool, batch, kv, *e.experts, *final_hidden, logits);
   if (!e.link) return m.forward(*e.pool, batch, kv, *e.experts, logits);
   std::vector<float> hidden;
   if (!m.first_stage()) {
@@ -188,6 +195,13 @@ struct Session::Impl {
   std::vector<int32_t> tokens;  // context held in kv (sequence 0)
   std::vector<float> logits;    // after the last evaluated token
   int reused = 0;               // prompt tokens the last evaluate() took from the cache
+  std::unique_ptr<MtpDrafter> mtp;  // with the model's MTP block loaded: its cache and hidden rows
+
+  // Every truncation of the context goes through here, so the MTP drafter drops what follows.
+  void truncate(int n) {
+    kv->truncate(0, n);
+    if (mtp) mtp->truncate(kv->length(0));
+  }
 
   // Evaluates toks[from, end) at their positions. Logits of the last `n_rows` tokens go to `rows`
   // (n_rows × n_vocab, all tokens when n_rows < 0); `logits` keeps the last token's. `exact`:
@@ -200,14 +214,14 @@ struct Session::Impl {
     const int first_row = rows ? (n_rows < 0 ? 0 : n - n_rows) : n;
     ExpertsLease lease(*engine, "a Session");
     Batch b;
-    std::vector<float> out;
+    std::vector<float> out, hidden;
     Progress progress("prompt", static_cast<uint64_t>(n - from), "tokens");
     for (int start = from; start < n; start += kPrefillChunk) {
       const int end = std::min(n, start + kPrefillChunk);
       b.clear();
       for (int i = start; i < end; ++i) b.add(toks[i], i, 0, i >= first_row || i == end - 1);
       try {
-        engine_forward(*engine, b, *kv, out);
+        engine_forward(*engine, b, *kv, out, mtp ? &hidden : nullptr);
       } catch (...) {
         // The cache holds only fully evaluated steps; forget the rest so the session stays usable.
         tokens.resize(std::min<size_t>(tokens.size(), kv->length(0)));
@@ -222,6 +236,7 @@ struct Session::Impl {
         if (rows) rows->insert(rows->end(), out.end() - static_cast<ptrdiff_t>(kept) * n_vocab, out.end());
         logits.assign(out.end() - n_vocab, out.end());
       }
+      if (mtp) mtp->add_hidden(*engine->pool, start, hidden);
       progress.update(static_cast<uint64_t>(end - from));
     }
   }
@@ -236,6 +251,8 @@ std::unique_ptr<Session> Engine::new_session(int n_ctx) {
   auto s = std::make_unique<Session::Impl>();
   s->engine = impl_.get();
   s->kv = impl_->make_kv_cache(n_ctx);
+  if (impl_->model->mtp_loaded())
+    s->mtp = std::make_unique<MtpDrafter>(*impl_->model, n_ctx, impl_->kv_config);
   return std::unique_ptr<Session>(new Session(std::move(s)));
 }
 
@@ -271,6 +288,8 @@ std::string Session::load(const std::string& path, std::string* app_data) {
     fail("KV state '{}': {} logits, the model has {} tokens", path, st.logits.size(), s.engine->model->hparams().n_vocab);
   try {
     s.kv->import_prefix(0, static_cast<int>(st.tokens.size()), st.kv);
+    // No hidden rows come with a restored context: MTP drafts wait for a fresh evaluation.
+    if (s.mtp) s.mtp->truncate(0);
   } catch (...) {
     s.tokens.clear();  // the cache lost its old rows with the failed import
     throw;
@@ -284,7 +303,7 @@ std::string Session::load(const std::string& path, std::string* app_data) {
 
 void Session::clear() {
   impl_->tokens.clear();
-  impl_->kv->truncate(0, 0);
+  impl_->truncate(0);
 }
 
 std::span<const float> Session::evaluate(std::span<const int32_t> toks) {
@@ -292,7 +311,7 @@ std::span<const float> Session::evaluate(std::span<const int32_t> toks) {
   if (toks.empty()) fail("cannot evaluate an empty prompt");
   if (static_cast<int>(toks.size()) > s.kv->n_ctx())
     fail("prompt of {} tokens exceeds the context of {} tokens", toks.size(), s.kv->n_ctx());
-  s.kv->truncate(0, reusable_prefix(s.tokens, toks));
+  s.truncate(reusable_prefix(s.tokens, toks));
   // A cache may keep less than asked (deepseek4's rings cannot be rolled back far).
   const int common = s.kv->length(0);
   s.reused = common;
@@ -320,23 +339,37 @@ GenerateResult Session::generate(std::span<const int32_t> prompt, const Generate
   // A pipeline's stages would all have to verify the same drafts: it decodes one token per pass.
   GenerateOptions go = o;
   if (s.engine->link) go.draft.mode = DraftMode::kNone;
+  if (go.draft.mode == DraftMode::kMtp && !s.mtp) {
+    if (s.engine->model->n_mtp_layers() == 0)
+      fail("--draft mtp: the model file has no MTP (nextn) layers");
+    fail(
+        "--draft mtp: the engine was loaded without the model's MTP layers (EngineOptions::draft "
+        "is {})",
+        draft_mode_name(s.engine->options.draft));
+  }
   Generation gen(*s.engine->tokenizer, go, prompt, s.reused);
   t.reset();
   auto emit = [&](const Generation::Sampled& next) { return !on_token || on_token(next.token, next.text); };
   // The logits of one step: the prompt's last token, then each decode pass's pending token and drafts.
   std::vector<float> rows = s.logits;
   std::vector<int32_t> drafts;
+  Generation::MtpSource mtp_source;
+  if (s.mtp)
+    mtp_source = [&](int k) {
+      ExpertsLease lease(*s.engine, "a Session");
+      return s.mtp->draft(*s.engine->pool, *s.engine->experts, s.tokens, k);
+    };
   for (;;) {
     const int n_used = static_cast<int>(s.tokens.size());
     const Generation::Step step = decode_step(*s.engine, gen, rows, drafts, n_used, s.kv->n_ctx(), emit);
     // KV positions past the last accepted draft hold rejected tokens.
-    s.kv->truncate(0, n_used + step.n_accepted);
+    s.truncate(n_used + step.n_accepted);
     // Finished: the evaluated drafts stay (a follow-up prompt may reuse them), the last token is
     // not evaluated.
     const size_t n_keep = gen.finished() ? step.n_accepted : step.tokens.size();
     s.tokens.insert(s.tokens.end(), step.tokens.begin(), step.tokens.begin() + n_keep);
     if (gen.finished()) break;
-    drafts = gen.propose(s.tokens, s.kv->n_ctx());
+    drafts = gen.propose(s.tokens, s.kv->n_ctx(), mtp_source);
     // Usually only the pending token is unevaluated; a cache that could not roll back that far
     // (deepseek4's rings) kept a shorter prefix, and the rest is evaluated again here.
     std::vector<int32_t> toks = s.tokens;

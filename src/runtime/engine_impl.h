@@ -45,8 +45,10 @@ Engine::Impl& engine_impl(Engine& engine);
 
 // One forward step of the engine's model: the whole model, or this pipeline stage's layers with
 // the hidden state received from the previous stage and sent to the next. `logits` is left empty
-// on every stage but the last.
-void engine_forward(Engine::Impl& engine, const Batch& batch, KvCache& kv, std::vector<float>& logits);
+// on every stage but the last. `hidden` (the whole model only): every row's final residual before
+// the output norm, which MTP drafts start from.
+void engine_forward(Engine::Impl& engine, const Batch& batch, KvCache& kv,
+                    std::vector<float>& logits, std::vector<float>* hidden = nullptr);
 
 // One decode step of a generation (Generation::take on the step's logit rows). In a pipeline,
 // which does not draft, the last stage samples and shares the token, and the other stages

@@ -37,11 +37,12 @@ void populate(const void* data, uint64_t n) {
     madvise(reinterpret_cast<void*>(start), len, MADV_WILLNEED);
 }
 
-// Multi-token-prediction layers (GLM's nextn) follow the model's layers in the file; the forward
-// pass never reads them, so they are neither resident nor streamed and cost no memory.
+// Multi-token-prediction layers (GLM's nextn) follow the model's layers in the file; unless MTP
+// drafting loaded the first of them, the forward pass never reads them, so they are neither
+// resident nor streamed and cost no memory.
 bool unused_mtp(const std::string& name, const Model& m) {
   const std::optional<int> layer = layer_of(name);
-  return layer && *layer >= m.hparams().n_layer;
+  return layer && *layer >= m.hparams().n_layer + (m.mtp_loaded() ? 1 : 0);
 }
 
 }  // namespace
@@ -59,13 +60,19 @@ std::string heat_profile_path(const std::string& model_path, uint64_t file_size)
   return (dir / (fs::path(model_path).filename().string() + "-" + std::to_string(file_size) + ".heat")).string();
 }
 
-ExpertPlan plan_experts(const gguf::File& file, const EngineOptions& o, const KvCache& kv, int n_ctx) {
+ExpertPlan plan_experts(const gguf::File& file, const Model& model, const EngineOptions& o,
+                        const KvCache& kv, int n_ctx) {
   ExpertPlan p;
-  p.facts = memory_facts(file, engine_kv_config(o.kv_type_k, o.kv_type_v), n_ctx, LayerSpan{o.layer_begin, o.layer_end});
+  const KvCacheConfig kv_config = engine_kv_config(o.kv_type_k, o.kv_type_v);
+  p.facts = memory_facts(file, kv_config, n_ctx, LayerSpan{o.layer_begin, o.layer_end});
   // The engine's own cache, not the estimate: per position plus what a sequence holds whatever its
   // length (deepseek4's rings and compressor states).
   p.facts.kv_bytes_per_token = kv.bytes_per_position();
   p.facts.kv_fixed_bytes = kv.bytes_for(0);
+  if (model.mtp_loaded()) {
+    add_mtp_block(file, model.hparams().n_layer, p.facts);
+    p.facts.kv_bytes_per_token += model.make_mtp_kv_cache(n_ctx, kv_config)->bytes_per_position();
+  }
   PlanRequest req;
   req.budget = memory_budget(o.mem_limit > 0 ? MemInfo{} : read_meminfo(), o.mem_limit, "--mem-limit");
   req.n_ctx = n_ctx;
@@ -88,7 +95,8 @@ std::unique_ptr<ExpertStore> make_expert_store(const gguf::File& file, const Mod
   // tokens (and, in ram mode, the routed experts too — that is what ram means).
   // A pipeline stage touches only the tensors of its own layers (and the globals it reads).
   const bool ram = plan.memory.placement == Placement::kRam;
-  const LayerSpan span{model.layer_begin(), model.layer_end()};
+  // A loaded MTP block is read like one more layer after the last.
+  const LayerSpan span{model.layer_begin(), model.layer_end() + (model.mtp_loaded() ? 1 : 0)};
   for (const auto& t : file.tensors())
     if (!unused_mtp(t.name, model) && stage_reads_tensor(file, t.name, span, model.hparams().n_layer) &&
         (ram || classify_tensor(t.name) != TensorClass::RoutedExpert))
@@ -105,9 +113,14 @@ std::unique_ptr<ExpertStore> make_expert_store(const gguf::File& file, const Mod
   // Stages on one host keep separate heat profiles (each records only its own layers).
   if (!so.heat_path.empty() && (span.begin > 0 || span.end < model.hparams().n_layer))
     so.heat_path += fmt::format(".layers{}-{}", span.begin, span.end);
+  // Its map has the MTP block as one more layer, which a profile of the main layers does not fit.
+  if (!so.heat_path.empty() && model.mtp_loaded()) so.heat_path += ".mtp";
   std::vector<std::string> parts;
   for (size_t i = 0; i < file.n_parts(); ++i) parts.push_back(file.part_path(i));
-  return make_stream_store(model.expert_layout(), expert_file_map(model.expert_layout(), model.hparams().n_layer, parts), so,
+  // A loaded MTP block's experts are one more layer of the map (layer index n_layer).
+  const int n_layer = static_cast<int>(model.expert_layout().layers.size());
+  return make_stream_store(model.expert_layout(),
+                           expert_file_map(model.expert_layout(), n_layer, parts), so,
                            model.hparams().n_expert_used);
 }
 

@@ -21,9 +21,11 @@ struct ExpertPlan {
 };
 
 // Reads the budget (--mem-limit, else the system) and runs the memory planner for the layers of
-// o.layer_begin..o.layer_end (a pipeline stage plans only its own); throws sluice::Error with the
-// planner's reason when the budget cannot hold the fixed costs.
-ExpertPlan plan_experts(const gguf::File& file, const EngineOptions& o, const KvCache& kv, int n_ctx);
+// o.layer_begin..o.layer_end (a pipeline stage plans only its own), with the model's MTP block and
+// its KV cache when it is loaded; throws sluice::Error with the planner's reason when the budget
+// cannot hold the fixed costs.
+ExpertPlan plan_experts(const gguf::File& file, const Model& model, const EngineOptions& o,
+                        const KvCache& kv, int n_ctx);
 std::unique_ptr<ExpertStore> make_expert_store(const gguf::File& file, const Model& model, const EngineOptions& o,
                                                const ExpertPlan& plan);
 // The heat profile of a model file: $SLUICE_HEAT_DIR, else $XDG_CACHE_HOME/sluice, else

@@ -49,7 +49,8 @@ Generation::Generation(const Tokenizer& tokenizer, const GenerateOptions& option
       decoder_(tokenizer),
       stops_(options.stop),
       draft_policy_(options.draft) {
-  check_draft_options(options.draft);
+  // Whether MTP drafts can run is the caller's check (Session::generate, the Scheduler).
+  check_draft_options(options.draft, /*mtp_runs=*/true);
   drafting_ = options.draft.mode != DraftMode::kNone && options.draft.max > 0;
   for (int32_t t : prompt) sampler_.accept(t);
   result_.n_reused = n_reused;
@@ -97,7 +98,8 @@ std::vector<TokenLogprob> Generation::take_logprobs() {
   return out;
 }
 
-std::vector<int32_t> Generation::propose(std::span<const int32_t> ctx, int n_ctx) {
+std::vector<int32_t> Generation::propose(std::span<const int32_t> ctx, int n_ctx,
+                                         const MtpSource& mtp) {
   if (!drafting_ || finished_) return {};
   // The policy weighs whole steps: this lookup, the forward pass and take()'s sampling of its rows.
   pass_timer_.reset();
@@ -107,6 +109,13 @@ std::vector<int32_t> Generation::propose(std::span<const int32_t> ctx, int n_ctx
   const int remaining = options_.max_tokens - static_cast<int>(result_.tokens.size()) - 1;
   const int room = n_ctx - static_cast<int>(ctx.size());
   const int k_max = std::min({options_.draft.max, remaining, room});
+  const DraftMode mode = options_.draft.mode;
+  if (mode == DraftMode::kMtp || (mode == DraftMode::kAuto && mtp)) {
+    // The policy decides the length before the MTP block runs: each draft costs an MTP pass.
+    const int k = draft_policy_.choose(kMtpMatch, k_max);
+    if (!mtp || k < std::max(1, options_.draft.min)) return {};
+    return mtp(k);
+  }
   NgramDraft d = ngram_draft(ctx, k_max);
   const int k = draft_policy_.choose(d.match, static_cast<int>(d.tokens.size()));
   d.tokens.resize(k < std::max(1, options_.draft.min) ? 0 : k);

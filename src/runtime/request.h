@@ -75,7 +75,10 @@ class Generation {
   // Draft tokens for the next forward pass (none when drafting is off, no candidate of at least
   // DraftOptions::min tokens exists, or DraftPolicy finds they would not pay), limited to the
   // context and max_tokens. Times the step from here to the end of take() for the policy.
-  std::vector<int32_t> propose(std::span<const int32_t> ctx, int n_ctx);
+  // `mtp` (empty: none) drafts up to k tokens from the model's MTP block; it is used for
+  // DraftMode::kMtp and kAuto, n-gram lookup otherwise (kMtp without it drafts nothing).
+  using MtpSource = std::function<std::vector<int32_t>(int k)>;
+  std::vector<int32_t> propose(std::span<const int32_t> ctx, int n_ctx, const MtpSource& mtp = {});
   struct Step {
     std::vector<int32_t> tokens;  // sampled this step: the accepted drafts, then one more (unless finished)
     int n_accepted = 0;           // drafts that stood

@@ -396,7 +396,7 @@ TEST(RoutedExperts, EveryTensorIsResidentOrRoutedOnce) {
     auto model = load_model(*file);
     EngineOptions o;
     o.experts = ExpertMode::kRam;
-    const ExpertPlan plan = plan_experts(*file, o, *model->make_kv_cache(16), 16);
+    const ExpertPlan plan = plan_experts(*file, *model, o, *model->make_kv_cache(16), 16);
     uint64_t total = 0, biases = 0;
     for (const auto& t : file->tensors()) {
       total += t.nbytes;

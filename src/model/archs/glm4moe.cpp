@@ -4,7 +4,7 @@
 // FFN for the first leading_dense_block_count layers, else MoE: sigmoid router whose selection adds
 // exp_probs_b, weights renormalised and scaled, SwiGLU experts, plus an always-on shared expert →
 // residual. Real files append nextn_predict_layers multi-token-prediction layers to block_count;
-// llama.cpp loads but never runs them, and so they are neither loaded nor given KV cache here.
+// the first is loaded only for MTP drafting (Model::load_mtp), as layer n_layer with its own KV.
 #include <cmath>
 #include <memory>
 
@@ -33,47 +33,30 @@ class Glm4Moe final : public Model {
     if (nextn < 0 || nextn >= hp_.n_layer)
       fail("metadata key '{}nextn_predict_layers' is {}, expected 0..{}", a, nextn, hp_.n_layer - 1);
     hp_.n_layer -= static_cast<int>(nextn);
-    const int64_t hd = hp_.head_dim_k;
-    if (hp_.head_dim_v != hd) fail("{}: key and value head sizes differ ({} vs {})", hp_.arch, hd, hp_.head_dim_v);
+    n_mtp_file_ = static_cast<int>(nextn);
+    if (hp_.head_dim_v != hp_.head_dim_k)
+      fail("{}: key and value head sizes differ ({} vs {})", hp_.arch, hp_.head_dim_k,
+           hp_.head_dim_v);
     load_embedding_and_head(f);
-    const int64_t n_embd = hp_.n_embd;
-    const int64_t ne = hp_.n_expert;
-    const int64_t n_ff_exp = hp_.n_ff_exp ? hp_.n_ff_exp : hp_.n_ff[0];
-    const int64_t n_ff_sh = f.has(a + "expert_shared_feed_forward_length") ? hp_.n_ff_shexp : n_ff_exp * hp_.n_expert_shared;
-    WeightLoader wl(f);
     layers_.resize(hp_.n_layer);
     expert_layout_.n_expert = hp_.n_expert;
     expert_layout_.layers.resize(hp_.n_layer);
     for (int il = 0; il < hp_.n_layer; ++il) {
-      auto n = [&](const char* what) { return WeightLoader::layer_name(il, what); };
-      Layer& L = layers_[il];
-      const int64_t q_dim = hp_.n_head[il] * hd, kv_dim = hp_.n_head_kv[il] * hd;
-      L.attn.norm = wl.require_f32(n("attn_norm.weight"), {n_embd});
-      L.attn.wq = wl.require(n("attn_q.weight"), {n_embd, q_dim});
-      L.attn.wk = wl.require(n("attn_k.weight"), {n_embd, kv_dim});
-      L.attn.wv = wl.require(n("attn_v.weight"), {n_embd, kv_dim});
-      L.attn.wo = wl.require(n("attn_output.weight"), {q_dim, n_embd});
-      L.attn.bq = wl.optional_f32(n("attn_q.bias"), {q_dim});
-      L.attn.bk = wl.optional_f32(n("attn_k.bias"), {kv_dim});
-      L.attn.bv = wl.optional_f32(n("attn_v.bias"), {kv_dim});
-      L.attn.q_norm = wl.optional_f32(n("attn_q_norm.weight"), {hd});
-      L.attn.k_norm = wl.optional_f32(n("attn_k_norm.weight"), {hd});
-      L.ffn.norm = wl.require_f32(n("post_attention_norm.weight"), {n_embd});
-      if (!hp_.is_moe_layer(il)) {
-        L.ffn.dense = load_swiglu(wl, il, "", n_embd, hp_.n_ff[il]);
-        continue;
-      }
-      L.ffn.router.gate_inp = wl.require(n("ffn_gate_inp.weight"), {n_embd, ne});
-      L.ffn.router.exp_probs_b = wl.require_f32(n("exp_probs_b.bias"), {ne});
-      set_lookahead(il, L.ffn.norm, L.ffn.router.gate_inp);
-      expert_layout_.layers[il] = load_merged_experts(wl, il, n_embd, n_ff_exp, ne);
-      L.ffn.shexp = load_swiglu(wl, il, "_shexp", n_embd, n_ff_sh);
+      load_layer(f, il, layers_[il]);
+      if (hp_.is_moe_layer(il))
+        set_lookahead(il, layers_[il].ffn.norm, layers_[il].ffn.router.gate_inp);
     }
     router_ = router_config(hp_);
     rope_ = std::make_unique<RopeCache>(hp_.rope, nullptr);
   }
 
  protected:
+  // The MTP block is a decoder layer like the others (its nextn.* tensors are the base's).
+  void load_mtp_layer(const gguf::File& f, int il) override {
+    layers_.resize(il + 1);
+    load_layer(f, il, layers_[il]);
+  }
+
   void layer(ForwardContext& ctx, int il, float* x) override {
     const Layer& L = layers_[il];
     AttentionConfig ac;
@@ -93,6 +76,41 @@ class Glm4Moe final : public Model {
     AttentionWeights attn;
     FfnLayerWeights ffn;  // post_attention_norm; dense, or router + experts + shared expert
   };
+
+  // Layer il's weights; a MoE layer's routed experts go into expert_layout_.layers[il].
+  void load_layer(const gguf::File& f, int il, Layer& L) {
+    const std::string a = hp_.arch + ".";
+    const int64_t hd = hp_.head_dim_k;
+    const int64_t n_embd = hp_.n_embd;
+    const int64_t ne = hp_.n_expert;
+    const int64_t n_ff_exp = hp_.n_ff_exp ? hp_.n_ff_exp : hp_.n_ff[0];
+    const int64_t n_ff_sh = f.has(a + "expert_shared_feed_forward_length")
+                                ? hp_.n_ff_shexp
+                                : n_ff_exp * hp_.n_expert_shared;
+    WeightLoader wl(f);
+    auto n = [&](const char* what) { return WeightLoader::layer_name(il, what); };
+    const int64_t q_dim = hp_.n_head[il] * hd, kv_dim = hp_.n_head_kv[il] * hd;
+    L.attn.norm = wl.require_f32(n("attn_norm.weight"), {n_embd});
+    L.attn.wq = wl.require(n("attn_q.weight"), {n_embd, q_dim});
+    L.attn.wk = wl.require(n("attn_k.weight"), {n_embd, kv_dim});
+    L.attn.wv = wl.require(n("attn_v.weight"), {n_embd, kv_dim});
+    L.attn.wo = wl.require(n("attn_output.weight"), {q_dim, n_embd});
+    L.attn.bq = wl.optional_f32(n("attn_q.bias"), {q_dim});
+    L.attn.bk = wl.optional_f32(n("attn_k.bias"), {kv_dim});
+    L.attn.bv = wl.optional_f32(n("attn_v.bias"), {kv_dim});
+    L.attn.q_norm = wl.optional_f32(n("attn_q_norm.weight"), {hd});
+    L.attn.k_norm = wl.optional_f32(n("attn_k_norm.weight"), {hd});
+    L.ffn.norm = wl.require_f32(n("post_attention_norm.weight"), {n_embd});
+    if (!hp_.is_moe_layer(il)) {
+      L.ffn.dense = load_swiglu(wl, il, "", n_embd, hp_.n_ff[il]);
+      return;
+    }
+    L.ffn.router.gate_inp = wl.require(n("ffn_gate_inp.weight"), {n_embd, ne});
+    L.ffn.router.exp_probs_b = wl.require_f32(n("exp_probs_b.bias"), {ne});
+    expert_layout_.layers[il] = load_merged_experts(wl, il, n_embd, n_ff_exp, ne);
+    L.ffn.shexp = load_swiglu(wl, il, "_shexp", n_embd, n_ff_sh);
+  }
+
   RouterConfig router_;
   std::vector<Layer> layers_;
   std::unique_ptr<RopeCache> rope_;

@@ -361,6 +361,14 @@ void ModelBuilder::shared_expert(int il) {
   weight(blk(il, "ffn_down_shexp.weight"), fit_type(s.type_dense, n_ff), {n_ff, s.n_embd});
 }
 
+void ModelBuilder::nextn_head(int il) {
+  const int64_t d = spec_.n_embd;
+  weight(blk(il, "nextn.eh_proj.weight"), fit_type(spec_.type_attn, 2 * d), {2 * d, d});
+  norm(blk(il, "nextn.enorm.weight"), d);
+  norm(blk(il, "nextn.hnorm.weight"), d);
+  norm(blk(il, "nextn.shared_head_norm.weight"), d);
+}
+
 void ModelBuilder::add(const std::string& name, GgmlType type, std::vector<int64_t> ne, gguf::Writer::Fill fill) {
   uint64_t n = 1;
   for (int64_t d : ne) n *= static_cast<uint64_t>(d);

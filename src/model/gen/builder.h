@@ -85,6 +85,10 @@ class ModelBuilder {
   void experts(int il, bool with_biases);
   // ffn_{gate,up,down}_shexp of n_expert_shared · n_ff_exp, type_dense (resident weights).
   void shared_expert(int il);
+  // The MTP block's own tensors (GLM-4.5 / DeepSeek V3 layout): nextn.eh_proj, which projects
+  // [embedding; hidden] (2·n_embd) back to n_embd, and the enorm, hnorm and shared_head_norm
+  // norms; the block shares the main embedding and output head.
+  void nextn_head(int il);
 
   GenResult write(const std::string& path);
 

@@ -6,8 +6,9 @@
 // and MoE layers with a sigmoid router, its exp_probs_b selection bias, routed experts and the
 // shared expert. Keys as the converter writes them: the cache-facing key/value lengths
 // (kv_lora + rope, kv_lora) next to the per-head key_length_mla/value_length_mla, and the
-// DeepSeek YaRN keys with yarn_log_multiplier = 0.1 · mscale_all_dim. MTP layers are skipped by
-// the converter for deepseek2, so there are none here either.
+// DeepSeek YaRN keys with yarn_log_multiplier = 0.1 · mscale_all_dim. --nextn appends DeepSeek
+// V3's MTP block(s) after the main layers as GLM-4.5 files carry them (block_count counts them,
+// nextn_predict_layers, a full MoE layer plus the nextn.* tensors), for MTP drafting tests.
 #include <cmath>
 
 #include "core/error.h"
@@ -58,7 +59,10 @@ void mla(ModelBuilder& b, int il) {
 void gen_deepseek2(ModelBuilder& b) {
   const GenSpec& s = b.spec();
   check_mla(s);
+  if (s.n_nextn < 0) fail("--nextn {} is negative", s.n_nextn);
   b.common_keys();
+  b.arch_u32("block_count", s.n_layer + s.n_nextn);
+  if (s.n_nextn > 0) b.arch_u32("nextn_predict_layers", s.n_nextn);
   b.arch_u32("feed_forward_length", s.n_ff);
   b.arch_u32("vocab_size", b.n_vocab());
   if (s.q_lora_rank > 0) b.arch_u32("attention.q_lora_rank", s.q_lora_rank);
@@ -71,7 +75,7 @@ void gen_deepseek2(ModelBuilder& b) {
   b.moe_keys();
   b.yarn_keys();
   b.embedding_and_head();
-  for (int il = 0; il < s.n_layer; ++il) {
+  for (int il = 0; il < s.n_layer + s.n_nextn; ++il) {
     mla(b, il);
     b.norm(ModelBuilder::blk(il, "ffn_norm.weight"), s.n_embd);
     if (!b.is_moe_layer(il)) {
@@ -80,6 +84,7 @@ void gen_deepseek2(ModelBuilder& b) {
     }
     b.sigmoid_moe(il);
     if (s.n_expert_shared > 0) b.shared_expert(il);
+    if (il >= s.n_layer) b.nextn_head(il);
   }
 }
 

@@ -38,13 +38,7 @@ void gen_glm4moe(ModelBuilder& b) {
     }
     b.sigmoid_moe(il);
     b.shared_expert(il);
-    if (il < s.n_layer) continue;
-    // The MTP head: [embedding; hidden] (2·n_embd) projected back to n_embd, and its norms.
-    b.weight(blk("nextn.eh_proj.weight"), ModelBuilder::fit_type(s.type_attn, 2 * int64_t{s.n_embd}),
-             {2 * int64_t{s.n_embd}, s.n_embd});
-    b.norm(blk("nextn.enorm.weight"), s.n_embd);
-    b.norm(blk("nextn.hnorm.weight"), s.n_embd);
-    b.norm(blk("nextn.shared_head_norm.weight"), s.n_embd);
+    if (il >= s.n_layer) b.nextn_head(il);
   }
 }
 
