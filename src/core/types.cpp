@@ -37,7 +37,8 @@ const char* draft_mode_name(DraftMode m) {
     case DraftMode::kAuto: return "auto";
     case DraftMode::kNone: return "none";
     case DraftMode::kNgram: return "ngram";
-    case DraftMode::kMtp: return "mtp";
+    case DraftMode::kMtp:
+      return "mtp";
   }
   return "?";
 }

@@ -16,12 +16,7 @@ constexpr double kCountDecay = 0.9;
 constexpr int kWarmupPasses = 2;
 }  // namespace
 
-void check_draft_options(const DraftOptions& o, bool mtp_runs) {
-  if (o.mode == DraftMode::kMtp && !mtp_runs)
-    fail(
-        "--draft mtp: MTP drafts run in sessions (run, chat, bench), not in the batch scheduler "
-        "(serve); use "
-        "--draft ngram or auto");
+void check_draft_options(const DraftOptions& o) {
   if (o.max < 0 || o.max > kMaxDraft)
     fail("--draft-max {}: expected 0 to {} tokens", o.max, kMaxDraft);
   if (o.min < 0 || o.min > o.max)

@@ -14,10 +14,9 @@
 
 namespace sluice {
 
-// Fails (sluice::Error naming the flag) unless 0 ≤ min ≤ max ≤ kMaxDraft, and for DraftMode::kMtp
-// unless the caller runs MTP drafts (`mtp_runs`: Session::generate; the Scheduler does not).
+// Fails (sluice::Error naming the flag) unless 0 ≤ min ≤ max ≤ kMaxDraft.
 inline constexpr int kMaxDraft = 64;
-void check_draft_options(const DraftOptions& o, bool mtp_runs = false);
+void check_draft_options(const DraftOptions& o);
 
 // Suffix lengths prompt lookup tries, longest first. A 2-token match is the least a draft may
 // rest on; whether its drafts pay is for DraftPolicy to learn.

@@ -50,7 +50,7 @@ Generation::Generation(const Tokenizer& tokenizer, const GenerateOptions& option
       stops_(options.stop),
       draft_policy_(options.draft) {
   // Whether MTP drafts can run is the caller's check (Session::generate, the Scheduler).
-  check_draft_options(options.draft, /*mtp_runs=*/true);
+  check_draft_options(options.draft);
   drafting_ = options.draft.mode != DraftMode::kNone && options.draft.max > 0;
   for (int32_t t : prompt) sampler_.accept(t);
   result_.n_reused = n_reused;

@@ -29,6 +29,7 @@
 #include "ops/matmul.h"
 #include "runtime/engine_impl.h"
 #include "runtime/kv_disk.h"
+#include "runtime/mtp_draft.h"
 #include "runtime/step_orders.h"
 #include "sluice/serving.h"
 
@@ -124,6 +125,8 @@ struct Slot {
   std::optional<Clock::time_point> deadline;
   std::optional<Generation> gen;
   std::vector<int32_t> drafts;  // verified with the pending token in the current step
+  // With the model's MTP block loaded: this sequence's MTP cache and the main pass's hidden rows.
+  std::unique_ptr<MtpDrafter> mtp;
   double prefill_seconds = 0;
   bool decoding = false;   // the first token has been sampled
   bool in_flight = false;  // a pipeline step of this slot awaits its token from the last stage
@@ -150,6 +153,12 @@ struct Scheduler::Impl {
     int group = 0;
   };
   std::deque<InFlight> in_flight;
+  // Each slot's rows in the current step's batch (consecutive), for its MTP drafter.
+  struct Segment {
+    int slot = 0, first_pos = 0, first_row = 0;
+  };
+  std::vector<Segment> segments;
+  std::vector<float> hidden;  // the step's final hidden rows, when slots draft with MTP
   std::unique_ptr<KvCache> kv;
   std::unique_ptr<KvDisk> disk;  // --kv-disk
   std::vector<Slot> slots;
@@ -186,7 +195,24 @@ struct Scheduler::Impl {
                                       kv->layout_id());
     }
     slots.resize(o.n_parallel);
-    for (int i = 0; i < o.n_parallel; ++i) slots[i].id = i;
+    for (int i = 0; i < o.n_parallel; ++i) {
+      slots[i].id = i;
+      if (mtp_drafts())
+        slots[i].mtp = std::make_unique<MtpDrafter>(*engine.model, engine.n_ctx, engine.kv_config);
+    }
+  }
+
+  // MTP drafts need the block loaded and verification, which a pipeline does not do.
+  bool mtp_drafts() const {
+    return !link && engine.model->mtp_loaded() && options.draft.mode != DraftMode::kNone &&
+           options.draft.max > 0;
+  }
+
+  // Slot s's drafter keeps the hidden rows its KV sequence keeps; `own_rows` false: the sequence's
+  // prefix came from elsewhere (another slot, the disk) without hidden rows, so the slot drafts
+  // with MTP again only once its context is evaluated anew.
+  void sync_mtp(Slot& s, bool own_rows = true) {
+    if (s.mtp) s.mtp->truncate(own_rows ? kv->length(s.id) : 0);
   }
 
   bool any_active() const {
@@ -221,6 +247,7 @@ struct Scheduler::Impl {
     } else {
       kv->truncate(s.id, best);
     }
+    sync_mtp(s, !st && source < 0);
     best = kv->length(s.id);  // a cache may keep less than asked (deepseek4 rings)
     s.ctx = prompt;
     s.options = p.request.options;
@@ -310,6 +337,7 @@ struct Scheduler::Impl {
     s.gen.reset();
     if (drop) {
       kv->remove(s.id);
+      sync_mtp(s);
       s.ctx.clear();
     } else {
       s.ctx.resize(std::min<size_t>(s.ctx.size(), kv->length(s.id)));
@@ -322,6 +350,7 @@ struct Scheduler::Impl {
     const int n_used = static_cast<int>(s.ctx.size());
     // KV positions past the last accepted draft hold rejected tokens.
     kv->truncate(s.id, n_used + step.n_accepted);
+    sync_mtp(s);
     {
       std::lock_guard<std::mutex> lock(mutex);
       stats.generated_tokens += step.tokens.size();
@@ -495,6 +524,7 @@ struct Scheduler::Impl {
   void step(Batch& batch, std::vector<float>& logits, std::vector<int>& rows) {
     batch.clear();
     rows.clear();
+    segments.clear();
     const int group = static_cast<int>(n_steps++ % n_groups);
     int n_decode = 0, n_seq = 0;
     // Drafts are verified with ExactRows (every row as a one-token pass computes it, so drafting
@@ -507,8 +537,14 @@ struct Scheduler::Impl {
       // The pending token (and more when a cache could not roll back all rejected drafts), then
       // this step's drafts: all verified in this one pass.
       const int n = static_cast<int>(s.ctx.size());
-      if (!prefill_step) s.drafts = s.gen->propose(s.ctx, kv->n_ctx());
+      if (!prefill_step) {
+        Generation::MtpSource mtp_source;
+        if (s.mtp)
+          mtp_source = [&](int k) { return s.mtp->draft(*engine.pool, *engine.experts, s.ctx, k); };
+        s.drafts = s.gen->propose(s.ctx, kv->n_ctx(), mtp_source);
+      }
       any_drafts = any_drafts || !s.drafts.empty();
+      segments.push_back({s.id, kv->length(s.id), static_cast<int>(batch.size())});
       for (int pos = kv->length(s.id); pos < n; ++pos) batch.add(s.ctx[pos], pos, s.id, pos + 1 == n);
       for (size_t j = 0; j < s.drafts.size(); ++j) batch.add(s.drafts[j], n + static_cast<int>(j), s.id, true);
       rows.push_back(s.id);
@@ -525,6 +561,7 @@ struct Scheduler::Impl {
       // A sequence adds at most the cache's step bound per step (windowed layers keep rings).
       const int end = std::min<int>(s->ctx.size(), pos + std::min(budget, kv->max_step()));
       if (end <= pos) break;
+      segments.push_back({s->id, pos, static_cast<int>(batch.size())});
       for (int i = pos; i < end; ++i) batch.add(s->ctx[i], i, s->id, i + 1 == static_cast<int>(s->ctx.size()));
       if (end == static_cast<int>(s->ctx.size())) rows.push_back(s->id);
       budget -= end - pos;
@@ -535,7 +572,7 @@ struct Scheduler::Impl {
     Timer t;
     try {
       const ExactRows exact_rows(any_drafts);
-      engine_forward(engine, batch, *kv, logits);
+      engine_forward(engine, batch, *kv, logits, mtp_drafts() ? &hidden : nullptr);
     } catch (const std::exception& e) {
       if (link) throw;
       // The cache state of every sequence in the failed step is unknown: fail them all.
@@ -544,6 +581,17 @@ struct Scheduler::Impl {
       return;
     }
     const double secs = t.seconds();
+    if (mtp_drafts()) {
+      const int64_t n_embd = engine.model->hparams().n_embd;
+      for (size_t i = 0; i < segments.size(); ++i) {
+        const int end =
+            i + 1 < segments.size() ? segments[i + 1].first_row : static_cast<int>(batch.size());
+        const Segment& g = segments[i];
+        slots[g.slot].mtp->add_hidden(*engine.pool, g.first_pos,
+                                      std::span<const float>(hidden).subspan(
+                                          g.first_row * n_embd, (end - g.first_row) * n_embd));
+      }
+    }
     if (link && !link->last() && n_groups > 1) {
       for (int id : rows) slots[id].in_flight = true;
       in_flight.push_back({rows, group});
@@ -649,6 +697,12 @@ Scheduler::Scheduler(Engine& engine, const SchedulerOptions& options) {
   if (options.max_queue < 0) fail("--max-queue {}: expected 0 or more", options.max_queue);
   if (options.prefill_chunk < 1) fail("prefill chunk {}: expected at least 1 token", options.prefill_chunk);
   check_draft_options(options.draft);
+  const Engine::Impl& e = engine_impl(engine);
+  if (options.draft.mode == DraftMode::kMtp && (e.link || !e.model->mtp_loaded()))
+    fail("--draft mtp: {}", e.link ? "a pipeline verifies no drafts"
+                            : e.model->n_mtp_layers() == 0
+                                ? "the model file has no MTP (nextn) layers"
+                                : "the engine was loaded without the model's MTP layers");
   impl_ = std::make_unique<Impl>(engine, options);
   impl_->thread = std::thread([this] { impl_->run(); });
 }
