@@ -48,6 +48,30 @@ std::unique_ptr<KvCache> Model::make_kv_cache(int n_ctx, const KvCacheConfig& co
   return std::make_unique<KvCache>(std::move(layers), n_ctx, config);
 }
 
+std::map<int32_t, int32_t> Model::reserve_batch(const Batch& batch, KvCache& kv) const {
+  if (batch.size() == 0) fail("empty batch");
+  std::map<int32_t, int32_t> seq_end;
+  for (int64_t t = 0; t < batch.size(); ++t) {
+    const int32_t tok = batch.tokens[t];
+    if (tok < 0 || tok >= hp_.n_vocab)
+      fail("token id {} is outside the vocabulary (0..{})", tok, hp_.n_vocab - 1);
+    if (batch.pos[t] < 0) fail("negative position {}", batch.pos[t]);
+    int32_t& e = seq_end[batch.seq[t]];
+    e = std::max(e, batch.pos[t] + 1);
+  }
+  for (const auto& [s, end] : seq_end) kv.reserve(s, end);
+  return seq_end;
+}
+
+std::vector<float> Model::logit_rows(const Batch& batch, const std::vector<float>& x,
+                                     int64_t width) {
+  std::vector<float> picked;
+  for (int64_t t = 0; t < batch.size(); ++t)
+    if (batch.want_logits[t])
+      picked.insert(picked.end(), x.begin() + t * width, x.begin() + (t + 1) * width);
+  return picked;
+}
+
 void Model::forward(ThreadPool& pool, const Batch& batch, KvCache& kv, ExpertStore& experts,
                     std::vector<float>& logits, const ActivationHook* hook) {
   std::vector<float> x;
@@ -58,17 +82,7 @@ void Model::forward_stage(ThreadPool& pool, const Batch& batch, KvCache& kv, Exp
                           std::vector<float>& x, std::vector<float>& logits, const ActivationHook* hook) {
   const int64_t n_tok = batch.size();
   const int64_t n_embd = hp_.n_embd;
-  if (n_tok == 0) fail("empty batch");
-
-  std::map<int32_t, int32_t> seq_end;  // seq → one past the highest position in this batch
-  for (int64_t t = 0; t < n_tok; ++t) {
-    const int32_t tok = batch.tokens[t];
-    if (tok < 0 || tok >= hp_.n_vocab) fail("token id {} is outside the vocabulary (0..{})", tok, hp_.n_vocab - 1);
-    if (batch.pos[t] < 0) fail("negative position {}", batch.pos[t]);
-    int32_t& e = seq_end[batch.seq[t]];
-    e = std::max(e, batch.pos[t] + 1);
-  }
-  for (const auto& [s, end] : seq_end) kv.reserve(s, end);
+  const std::map<int32_t, int32_t> seq_end = reserve_batch(batch, kv);
 
   const int64_t n_streams = residual_streams();
   const int64_t width = n_streams * n_embd;
@@ -99,11 +113,9 @@ void Model::forward_stage(ThreadPool& pool, const Batch& batch, KvCache& kv, Exp
     return;
   }
 
-  std::vector<float> picked, rows;
-  for (int64_t t = 0; t < n_tok; ++t)
-    if (batch.want_logits[t]) picked.insert(picked.end(), x.begin() + t * width, x.begin() + (t + 1) * width);
+  const std::vector<float> picked = logit_rows(batch, x, width);
   const int64_t n_out = static_cast<int64_t>(picked.size()) / width;
-  rows.resize(n_out * n_embd);
+  std::vector<float> rows(n_out * n_embd);
   if (n_out > 0) head_rows(pool, picked.data(), n_out, rows.data());
   logits.resize(n_out * hp_.n_vocab);
   if (n_out > 0) matmul(pool, output_.mat(), rows.data(), n_out, logits.data());
@@ -154,17 +166,7 @@ void Model::forward_mtp(ThreadPool& pool, const Batch& batch, const float* hidde
   const int64_t n_tok = batch.size();
   const int64_t n_embd = hp_.n_embd;
   const int il = hp_.n_layer;
-  if (n_tok == 0) fail("empty batch");
-  std::map<int32_t, int32_t> seq_end;
-  for (int64_t t = 0; t < n_tok; ++t) {
-    const int32_t tok = batch.tokens[t];
-    if (tok < 0 || tok >= hp_.n_vocab)
-      fail("token id {} is outside the vocabulary (0..{})", tok, hp_.n_vocab - 1);
-    if (batch.pos[t] < 0) fail("negative position {}", batch.pos[t]);
-    int32_t& e = seq_end[batch.seq[t]];
-    e = std::max(e, batch.pos[t] + 1);
-  }
-  for (const auto& [s, end] : seq_end) kv.reserve(s, end);
+  const std::map<int32_t, int32_t> seq_end = reserve_batch(batch, kv);
 
   // Each row: [enorm(embedding of the next token); hnorm(hidden)], embedding first as vLLM's
   // deepseek_mtp and llama.cpp concatenate them, then eh_proj.
@@ -189,10 +191,7 @@ void Model::forward_mtp(ThreadPool& pool, const Batch& batch, const float* hidde
   for (int64_t t = 0; t < n_tok; ++t)
     rmsnorm(x.data() + t * n_embd, mtp_.shared_head_norm.f32(), x.data() + t * n_embd, n_embd,
             hp_.rms_eps);
-  std::vector<float> rows;
-  for (int64_t t = 0; t < n_tok; ++t)
-    if (batch.want_logits[t])
-      rows.insert(rows.end(), x.begin() + t * n_embd, x.begin() + (t + 1) * n_embd);
+  const std::vector<float> rows = logit_rows(batch, x, n_embd);
   const int64_t n_out = static_cast<int64_t>(rows.size()) / n_embd;
   logits.resize(n_out * hp_.n_vocab);
   if (n_out > 0) matmul(pool, mtp_.head.mat(), rows.data(), n_out, logits.data());

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -181,6 +182,12 @@ class Model {
 
  private:
   [[noreturn]] void fail_no_mtp(int il) const;
+  // Checks a batch's tokens and positions and reserves each sequence's KV up to its highest
+  // position; returns seq → one past that position (the lengths to set once the layers ran).
+  std::map<int32_t, int32_t> reserve_batch(const Batch& batch, KvCache& kv) const;
+  // The rows of `x` (width floats per token) of the tokens that want logits, in batch order.
+  static std::vector<float> logit_rows(const Batch& batch, const std::vector<float>& x,
+                                       int64_t width);
   // The MTP block's own tensors (blk.{n_layer}.nextn.*).
   struct MtpHead {
     Tensor eh_proj;           // (2·n_embd, n_embd): [enorm(embedding); hnorm(hidden)] → n_embd

@@ -449,7 +449,9 @@ TEST_F(MtpModel, SchedulerDraftsWithMtpPerSlot) {
                 static_cast<unsigned long long>(st.drafted_tokens),
                 static_cast<unsigned long long>(st.accepted_tokens));
     EXPECT_GT(st.drafted_tokens, 0u);
-    if (path == &constant_path_) EXPECT_EQ(st.accepted_tokens, st.drafted_tokens);
+    if (path == &constant_path_) {
+      EXPECT_EQ(st.accepted_tokens, st.drafted_tokens);
+    }
   }
 }
 
