@@ -126,9 +126,12 @@ int32_t Engine::share_token(int32_t token) { return impl_->link ? impl_->link->s
 void engine_forward(Engine::Impl& e, const Batch& batch, KvCache& kv, std::vector<float>& logits,
                     std::vector<float>* final_hidden) {
   Model& m = *e.model;
-  if (!e.link && final_hidden)
-    return m.forward_stage(*e.pool, batch, kv, *e.experts, *final_hidden, logits);
-  if (!e.link) return m.forward(*e.pool, batch, kv, *e.experts, logits);
+  if (!e.link) {
+    // forward_stage leaves the final residual rows in its buffer; the caller's when it wants them.
+    std::vector<float> rows;
+    return m.forward_stage(*e.pool, batch, kv, *e.experts, final_hidden ? *final_hidden : rows,
+                           logits);
+  }
   std::vector<float> hidden;
   if (!m.first_stage()) {
     hidden.resize(batch.size() * m.hidden_width());

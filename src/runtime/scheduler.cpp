@@ -128,8 +128,7 @@ struct Slot {
   // With the model's MTP block loaded: this sequence's MTP cache and the main pass's hidden rows.
   std::unique_ptr<MtpDrafter> mtp;
   double prefill_seconds = 0;
-  bool decoding = false;   // the first token has been sampled
-  bool in_flight = false;  // a pipeline step of this slot awaits its token from the last stage
+  bool decoding = false;  // the first token has been sampled
   Timer timer;
 };
 
@@ -367,7 +366,7 @@ struct Scheduler::Impl {
   // Ends active requests whose client cancelled or whose deadline passed; stage 0 only.
   void end_expired(Clock::time_point now, StepOrders& orders) {
     for (Slot& s : slots) {
-      if (!s.handle || s.in_flight) continue;  // ended once its token is in
+      if (!s.handle || awaits_token(s)) continue;  // ended once its token is in
       const bool timed_out = !s.handle->cancelled() && s.deadline && now >= *s.deadline;
       if (!s.handle->cancelled() && !timed_out) continue;
       (timed_out ? orders.timed_out : orders.cancelled).push_back(s.id);
@@ -393,7 +392,6 @@ struct Scheduler::Impl {
         std::lock_guard<std::mutex> lock(mutex);
         ++in_system;
       }
-      std::shared_ptr<HandleState> handle = p.handle;
       try {
         start(s, std::move(p));
       } catch (const std::exception&) {
@@ -480,6 +478,13 @@ struct Scheduler::Impl {
 
   int group_of(const Slot& s) const { return s.id % n_groups; }
 
+  // A step of slot s has gone forward and its token is not in yet.
+  bool awaits_token(const Slot& s) const {
+    return std::any_of(in_flight.begin(), in_flight.end(), [&](const InFlight& f) {
+      return std::find(f.rows.begin(), f.rows.end(), s.id) != f.rows.end();
+    });
+  }
+
   // Samples (or, before the last pipeline stage, receives) the tokens of a step's `rows` from
   // `logits` (one row per draft plus one, per slot; empty without logits) and applies them.
   void settle(const std::vector<int>& rows, std::span<const float> logits) {
@@ -488,7 +493,6 @@ struct Scheduler::Impl {
     size_t row = 0;
     for (int id : rows) {
       Slot& s = slots[id];
-      s.in_flight = false;
       if (!s.decoding) {
         s.decoding = true;
         s.prefill_seconds = s.timer.seconds();
@@ -593,7 +597,6 @@ struct Scheduler::Impl {
       }
     }
     if (link && !link->last() && n_groups > 1) {
-      for (int id : rows) slots[id].in_flight = true;
       in_flight.push_back({rows, group});
     } else {
       settle(rows, logits);
