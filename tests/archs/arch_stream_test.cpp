@@ -419,7 +419,9 @@ TEST(RoutedExperts, EveryTensorIsResidentOrRoutedOnce) {
           EXPECT_EQ(r[kGate].offset - gate->file_offset, static_cast<uint64_t>(layout.in_place(il, e).gate.data - gate->data));
         }
     EXPECT_EQ(bias_ranges, biases) << name;
-    if (std::string(name) == "gptoss-f32") EXPECT_GT(biases, 0u);
+    if (std::string(name) == "gptoss-f32") {
+      EXPECT_GT(biases, 0u);
+    }
   }
 }
 

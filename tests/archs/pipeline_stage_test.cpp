@@ -57,7 +57,9 @@ std::vector<float> run(const gguf::File& file, const std::vector<int32_t>& promp
     std::vector<float> hidden;
     for (Stage& s : stages) {
       s.model->forward_stage(pool, b, *s.kv, *s.experts, hidden, logits);
-      if (!s.model->last_stage()) EXPECT_TRUE(logits.empty());
+      if (!s.model->last_stage()) {
+        EXPECT_TRUE(logits.empty());
+      }
     }
   };
   Batch b;
