@@ -44,6 +44,9 @@ struct EngineOptions {
   // none): its weights, a KV cache beside each session's, its routed experts streamed through the
   // same store. kAuto loads it when the file has one. kNone/kNgram never read it.
   DraftMode draft = DraftMode::kNone;
+  // A separate MTP GGUF (DeepSeek V4's converter writes the block to its own file): with draft
+  // kMtp or kAuto its block is loaded instead of one in the model file; other modes refuse it.
+  std::string mtp_path{};
   // Pipeline stage: the layers [layer_begin, layer_end) this engine runs (−1: to the last), and
   // the link to the neighbouring stages; none: the whole model in this process.
   int layer_begin = 0;

@@ -178,6 +178,7 @@ int cmd_bench(int argc, char** argv) {
   EngineOptions eo = engine_options(mf);
   eo.draft = setup.draft.max > 0 ? setup.draft.mode
                                  : DraftMode::kNone;  // loads the MTP block for mtp/auto
+  eo.mtp_path = df.mtp;
   int longest = 2;
   for (int n : pps) longest = std::max(longest, n + 1);
   for (int n : tgs) longest = std::max(longest, n + 2);

@@ -60,9 +60,10 @@ int cmd_gen_model(int argc, char** argv) {
   auto* idx_dim = app.add_option("--indexer-dim", o.indexer_dim, "lightning indexer key length, a multiple of 64 (deepseek4)");
   auto* idx_top_k = app.add_option("--indexer-top-k", o.indexer_top_k, "compressed rows the indexer selects (deepseek4)");
   auto* hash_layers = app.add_option("--hash-layers", o.n_hash_layers, "first layers routed by token id (deepseek4)");
-  auto* nextn =
-      app.add_option("--nextn", o.n_nextn,
-                     "multi-token-prediction layers after the main ones (glm4moe, deepseek2)");
+  auto* nextn = app.add_option(
+      "--nextn", o.n_nextn,
+      "multi-token-prediction layers after the main ones (glm4moe, deepseek2); deepseek4: 1 "
+      "writes the separate MTP GGUF for the model of the same flags (--mtp FILE)");
   auto* t_exp = app.add_option("--type-experts", type_experts, "routed expert weights type (default Q4_K)");
   auto* t_exp_down = app.add_option("--type-experts-down", type_experts_down,
                                     "routed ffn_down_exps type (default: --type-experts, or the preset's)");

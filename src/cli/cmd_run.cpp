@@ -41,6 +41,7 @@ int cmd_run(int argc, char** argv) {
   EngineOptions eo = engine_options(mf);
   eo.draft =
       go.draft.max > 0 ? go.draft.mode : DraftMode::kNone;  // loads the MTP block for mtp/auto
+  eo.mtp_path = df.mtp;
   apply_pipeline(mf, eo);
   pipeline_output_from(0);
   auto engine = Engine::load(eo);

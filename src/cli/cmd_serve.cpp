@@ -82,6 +82,7 @@ int cmd_serve(int argc, char** argv) {
   // Loads the MTP block for mtp/auto; a pipeline verifies no drafts.
   eo.draft = so.scheduler.draft.max > 0 && pipeline_size() == 1 ? so.scheduler.draft.mode
                                                                 : DraftMode::kNone;
+  eo.mtp_path = df.mtp;
   apply_pipeline(mf, eo);
   pipeline_output_from(0);
   auto engine = Engine::load(eo);

@@ -113,6 +113,10 @@ void add_draft_flags(CLI::App& app, DraftFlags& d) {
       ->capture_default_str();
   app.add_option("--draft-max", d.options.max, "most tokens drafted per step")->check(CLI::Range(0, 64))->capture_default_str();
   app.add_option("--draft-min", d.options.min, "draft only when at least N tokens are proposed")->check(CLI::Range(0, 64))->capture_default_str();
+  app.add_option("--mtp", d.mtp,
+                 "the MTP block from a separate GGUF (DeepSeek V4's converter writes one) for "
+                 "--draft mtp or auto")
+      ->check(CLI::ExistingFile);
 }
 
 DraftOptions draft_options(const DraftFlags& d) {

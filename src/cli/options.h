@@ -34,11 +34,12 @@ void add_sampling_flags(CLI::App& app, SamplingOptions& s);
 void add_kv_type_flags(CLI::App& app, std::string& type_k, std::string& type_v);
 // -q/--quiet: the log level drops to warnings, which silences progress (core/progress.h).
 void add_quiet_flag(CLI::App& app);
-// --draft, --draft-max, --draft-min (speculative decoding). --draft is parsed into d.mode by
-// draft_options() after parsing.
+// --draft, --draft-max, --draft-min (speculative decoding), --mtp FILE (EngineOptions::mtp_path).
+// --draft is parsed into d.mode by draft_options() after parsing.
 struct DraftFlags {
   std::string mode = "auto";
   DraftOptions options;
+  std::string mtp;  // a separate MTP GGUF
 };
 void add_draft_flags(CLI::App& app, DraftFlags& d);
 DraftOptions draft_options(const DraftFlags& d);

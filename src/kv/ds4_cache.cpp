@@ -28,7 +28,7 @@ uint64_t Ds4CacheShape::bytes_per_position() const {
   // Summed per chunk of kBlock positions, then divided once: exact for ratios 4 and 128.
   uint64_t per_block = 0;
   for (int r : ratio)
-    if (r != 0)
+    if (r > 0)
       per_block +=
           static_cast<uint64_t>(KvCache::kBlock / r) * (key_bytes() + (r == 4 ? index_bytes() : 0));
   return per_block / KvCache::kBlock;
@@ -37,6 +37,7 @@ uint64_t Ds4CacheShape::bytes_per_position() const {
 uint64_t Ds4CacheShape::fixed_bytes() const {
   uint64_t bytes = 0;
   for (int r : ratio) {
+    if (r == kAbsent) continue;
     bytes += static_cast<uint64_t>(window_slots()) * key_bytes();
     if (r != 0) bytes += state_floats(r) * kF32;
     if (r == 4) bytes += index_state_floats() * kF32;
@@ -46,7 +47,7 @@ uint64_t Ds4CacheShape::fixed_bytes() const {
 
 Ds4KvCache::Ds4KvCache(Ds4CacheShape shape, int n_ctx) : KvCache(n_ctx), shape_(std::move(shape)) {
   for (int r : shape_.ratio)
-    if (r != 0 && r != 4 && r != 128)
+    if (r != Ds4CacheShape::kAbsent && r != 0 && r != 4 && r != 128)
       fail("deepseek4 cache: compress ratio {}, expected 0, 4 or 128", r);
   if (shape_.head_dim <= 0 || shape_.window <= 0)
     fail("deepseek4 cache: head size {} and window {} must be positive", shape_.head_dim,
@@ -67,6 +68,7 @@ Ds4KvCache::Seq& Ds4KvCache::seq_ref(int seq) {
     for (size_t il = 0; il < shape_.ratio.size(); ++il) {
       const int r = shape_.ratio[il];
       Layer& L = s->layers[il];
+      if (r == Ds4CacheShape::kAbsent) continue;
       L.window.reset(new std::byte[shape_.window_slots() * shape_.key_bytes()]());
       if (r != 0) L.state.reset(new float[shape_.state_floats(r)]());
       if (r == 4) L.index_state.reset(new float[shape_.index_state_floats()]());
@@ -83,7 +85,7 @@ void Ds4KvCache::reserve(int seq, int n) {
   const size_t n_chunks = (static_cast<size_t>(n) + kBlock - 1) / kBlock;
   for (size_t il = 0; il < s.layers.size(); ++il) {
     const int r = shape_.ratio[il];
-    if (r == 0) continue;
+    if (r <= 0) continue;
     auto& ch = s.layers[il].chunks;
     while (ch.size() < n_chunks)
       ch.emplace_back(new std::byte[(kBlock / r) * chunk_row_bytes(static_cast<int>(il))]);
@@ -140,7 +142,7 @@ uint64_t Ds4KvCache::allocated_bytes() const {
     b += shape_.fixed_bytes();
     for (size_t il = 0; il < s->layers.size(); ++il) {
       const int r = shape_.ratio[il];
-      if (r != 0)
+      if (r > 0)
         b += s->layers[il].chunks.size() * static_cast<uint64_t>(kBlock / r) *
              chunk_row_bytes(static_cast<int>(il));
     }
@@ -183,6 +185,7 @@ void Ds4KvCache::for_each_span(const Seq& s, int n, Fn&& fn) const {
   for (size_t il = 0; il < s.layers.size(); ++il) {
     const int r = shape_.ratio[il];
     const Layer& L = s.layers[il];
+    if (r == Ds4CacheShape::kAbsent) continue;
     fn(L.window.get(), shape_.window_slots() * shape_.key_bytes());
     if (r == 0) continue;
     fn(reinterpret_cast<std::byte*>(L.state.get()), shape_.state_floats(r) * kF32);

@@ -31,7 +31,8 @@ namespace sluice {
 KvType ds4_row_type(const KvCacheConfig& config);
 
 struct Ds4CacheShape {
-  std::vector<int> ratio;  // per layer: 0, 4 or 128
+  std::vector<int> ratio;             // per layer: 0, 4 or 128; kAbsent: held by another cache
+  static constexpr int kAbsent = -1;  // the MTP block's cache skips the main layers
   int head_dim = 0;        // D: raw keys and pooled rows
   int index_dim = 0;       // Id: indexer keys (ratio-4 layers)
   int window = 0;          // W

@@ -121,34 +121,59 @@ void Model::forward_stage(ThreadPool& pool, const Batch& batch, KvCache& kv, Exp
   if (n_out > 0) matmul(pool, output_.mat(), rows.data(), n_out, logits.data());
 }
 
-void Model::fail_no_mtp(int il) const {
+void Model::load_mtp_layer(const gguf::File&, const WeightLoader&, int il) {
   fail("architecture '{}' cannot run its MTP block (blk.{})", hp_.arch, il);
 }
 
-void Model::load_mtp(const gguf::File& file) {
+void Model::load_mtp(const gguf::File& file, uint32_t part_base) {
   if (mtp_loaded_) return;
   const int il = hp_.n_layer;
-  if (n_mtp_file_ <= 0)
+  const bool separate = part_base > 0;
+  const std::string a = hp_.arch + ".";
+  if (separate) {
+    const std::string arch = file.get_string_or("general.architecture", "");
+    if (arch != hp_.arch)
+      fail("the MTP file's architecture is '{}', the model's '{}'", arch, hp_.arch);
+    const int64_t nextn = file.get_int_or(a + "nextn_predict_layers", 0);
+    if (nextn < 1) fail("the MTP file has no MTP block ({}nextn_predict_layers is absent or 0)", a);
+    const int64_t blocks = file.get_int_or(a + "block_count", 0);
+    if (blocks != il + nextn)
+      fail(
+          "the MTP file's {}block_count is {}, expected the model's {} layers plus its {} MTP "
+          "block(s): it was converted from another model",
+          a, blocks, il, nextn);
+    const int64_t d = file.get_int_or(a + "embedding_length", 0);
+    if (d != hp_.n_embd)
+      fail("the MTP file's {}embedding_length is {}, the model's {}", a, d, hp_.n_embd);
+  } else if (n_mtp_file_ <= 0) {
     fail(
-        "the model file has no MTP layers ({}.nextn_predict_layers is absent or 0): --draft mtp "
-        "needs them",
-        hp_.arch);
+        "the model file has no MTP layers ({}nextn_predict_layers is absent or 0): --draft mtp "
+        "needs them{}",
+        a, hp_.arch == "deepseek4" ? ", or the separate MTP GGUF given with --mtp FILE" : "");
+  }
   if (layer_begin_ != 0 || layer_end() != hp_.n_layer)
     fail("the MTP block runs only with the whole model, not with layers {}:{}", layer_begin_,
          layer_end());
-  WeightLoader wl(file);
+  WeightLoader wl(file, part_base);
   const int64_t n_embd = hp_.n_embd;
   auto n = [&](const char* what) { return WeightLoader::layer_name(il, what); };
   mtp_.eh_proj = wl.require(n("nextn.eh_proj.weight"), {2 * n_embd, n_embd});
   mtp_.enorm = wl.require_f32(n("nextn.enorm.weight"), {n_embd});
   mtp_.hnorm = wl.require_f32(n("nextn.hnorm.weight"), {n_embd});
-  mtp_.shared_head_norm = wl.require_f32(n("nextn.shared_head_norm.weight"), {n_embd});
+  // DeepSeek's MTP shares the embedding and the output head with the model: a separate file's
+  // token_embd and output are the converter's copies, and reading them would double those
+  // resident weights (2 GiB for V4-Flash). Its output_norm is the MTP head's (sizing.h,
+  // mtp_reads_tensor).
+  mtp_.shared_head_norm = wl.optional_f32(n("nextn.shared_head_norm.weight"), {n_embd});
+  if (!mtp_.shared_head_norm && separate)
+    mtp_.shared_head_norm = wl.optional_f32("output_norm.weight", {n_embd});
+  if (!mtp_.shared_head_norm) mtp_.shared_head_norm = output_norm_;
   mtp_.embed = wl.optional(n("nextn.embed_tokens.weight"), {n_embd, hp_.n_vocab});
   if (!mtp_.embed) mtp_.embed = token_embd_;
   mtp_.head = wl.optional(n("nextn.shared_head_head.weight"), {n_embd, hp_.n_vocab});
   if (!mtp_.head) mtp_.head = output_;
   if (static_cast<int>(expert_layout_.layers.size()) <= il) expert_layout_.layers.resize(il + 1);
-  load_mtp_layer(file, il);
+  load_mtp_layer(file, wl, il);
   mtp_loaded_ = true;
 }
 
@@ -159,42 +184,59 @@ std::unique_ptr<KvCache> Model::make_mtp_kv_cache(int n_ctx, const KvCacheConfig
   return std::make_unique<KvCache>(std::move(layers), n_ctx, config);
 }
 
+void Model::mtp_hidden_rows(ThreadPool& pool, const float* x, int64_t n, float* out) const {
+  if (residual_streams() == 1) return head_rows(pool, x, n, out);
+  std::copy_n(x, n * hidden_width(), out);
+}
+
+void Model::mtp_head_input(ThreadPool&, const float* x, int64_t n, float* h) const {
+  std::copy_n(x, n * hp_.n_embd, h);
+}
+
 void Model::forward_mtp(ThreadPool& pool, const Batch& batch, const float* hidden, KvCache& kv,
-                        ExpertStore& experts, std::vector<float>& x, std::vector<float>& logits,
-                        const ActivationHook* hook) {
+                        ExpertStore& experts, std::vector<float>& out_hidden,
+                        std::vector<float>& logits, const ActivationHook* hook) {
   if (!mtp_loaded_) fail("internal: forward_mtp without a loaded MTP block");
   const int64_t n_tok = batch.size();
   const int64_t n_embd = hp_.n_embd;
+  const int S = residual_streams();
   const int il = hp_.n_layer;
   const std::map<int32_t, int32_t> seq_end = reserve_batch(batch, kv);
 
-  // Each row: [enorm(embedding of the next token); hnorm(hidden)], embedding first as vLLM's
-  // deepseek_mtp and llama.cpp concatenate them, then eh_proj.
-  std::vector<float> cat(n_tok * 2 * n_embd);
+  // Each stream of each row: [enorm(embedding of the next token); hnorm(stream)], embedding
+  // first as vLLM's deepseek_mtp and llama.cpp concatenate them, then eh_proj.
+  std::vector<float> cat(n_tok * S * 2 * n_embd), e(n_embd);
   const uint64_t row = mtp_.embed.row_bytes();
   for (int64_t t = 0; t < n_tok; ++t) {
-    float* c = cat.data() + t * 2 * n_embd;
-    dequantize_row(mtp_.embed.type, mtp_.embed.data + row * batch.tokens[t], c, n_embd);
-    rmsnorm(c, mtp_.enorm.f32(), c, n_embd, hp_.rms_eps);
-    rmsnorm(hidden + t * n_embd, mtp_.hnorm.f32(), c + n_embd, n_embd, hp_.rms_eps);
+    dequantize_row(mtp_.embed.type, mtp_.embed.data + row * batch.tokens[t], e.data(), n_embd);
+    rmsnorm(e.data(), mtp_.enorm.f32(), e.data(), n_embd, hp_.rms_eps);
+    for (int s = 0; s < S; ++s) {
+      float* c = cat.data() + (t * S + s) * 2 * n_embd;
+      std::copy(e.begin(), e.end(), c);
+      rmsnorm(hidden + (t * S + s) * n_embd, mtp_.hnorm.f32(), c + n_embd, n_embd, hp_.rms_eps);
+    }
   }
-  x.resize(n_tok * n_embd);
-  matmul(pool, mtp_.eh_proj.mat(), cat.data(), n_tok, x.data());
+  std::vector<float> x(n_tok * S * n_embd);  // (n_tok, S, n_embd) the block's residual streams
+  matmul(pool, mtp_.eh_proj.mat(), cat.data(), n_tok * S, x.data());
 
   ForwardContext ctx{pool, batch, kv, experts, n_tok, hook};
-  ctx.dump("mtp_eh_proj", il, x.data(), n_embd);
+  begin_mtp_forward(ctx);
+  ctx.dump("mtp_eh_proj", il, x.data(), S * n_embd);
   layer(ctx, il, x.data());
   ctx.issue_lookahead();
-  ctx.dump("l_out", il, x.data(), n_embd);
+  ctx.dump("l_out", il, x.data(), S * n_embd);
   for (const auto& [s, end] : seq_end) kv.set_length(s, std::max(kv.length(s), end));
 
+  std::vector<float> h(n_tok * n_embd);  // (n_tok, n_embd) what the MTP head sees
+  mtp_head_input(pool, x.data(), n_tok, h.data());
   for (int64_t t = 0; t < n_tok; ++t)
-    rmsnorm(x.data() + t * n_embd, mtp_.shared_head_norm.f32(), x.data() + t * n_embd, n_embd,
+    rmsnorm(h.data() + t * n_embd, mtp_.shared_head_norm.f32(), h.data() + t * n_embd, n_embd,
             hp_.rms_eps);
-  const std::vector<float> rows = logit_rows(batch, x, n_embd);
+  const std::vector<float> rows = logit_rows(batch, h, n_embd);
   const int64_t n_out = static_cast<int64_t>(rows.size()) / n_embd;
   logits.resize(n_out * hp_.n_vocab);
   if (n_out > 0) matmul(pool, mtp_.head.mat(), rows.data(), n_out, logits.data());
+  out_hidden = S == 1 ? std::move(h) : std::move(x);
 }
 
 void Model::head_rows(ThreadPool& pool, const float* x, int64_t n, float* y) const {

@@ -22,6 +22,7 @@
 namespace sluice {
 
 namespace gguf { class File; }
+class WeightLoader;
 
 // Tokens to evaluate in one step. Tokens of one sequence must be in position order and continue
 // that sequence's KV cache (pos == current length for the first of them).
@@ -115,25 +116,37 @@ class Model {
   // through head_input and output_norm, n_embd each into y.
   void head_rows(ThreadPool& pool, const float* x, int64_t n, float* y) const;
 
-  // Multi-token prediction (GLM-4.5 / DeepSeek V3 nextn blocks, appended after the n_layer main
-  // layers in block_count). Not loaded by default, so memory plans and streaming do not change.
-  int n_mtp_layers() const { return n_mtp_file_; }  // in the file (0: none)
+  // Multi-token prediction: GLM-4.5 / DeepSeek V3 nextn blocks, appended after the n_layer main
+  // layers in block_count, or DeepSeek V4's block from the separate GGUF its converter writes
+  // (--mtp FILE). Not loaded by default, so memory plans and streaming do not change.
+  int n_mtp_layers() const { return n_mtp_file_; }  // in the model file (0: none)
   bool mtp_loaded() const { return mtp_loaded_; }
-  // Loads the first MTP block (layer index n_layer): its decoder layer, nextn.* tensors, and its
-  // routed experts into the expert layout so they stream through the same store. Call after
-  // set_layer_range (the whole model only) and before building the expert store. Throws when the
-  // file has no MTP block.
-  void load_mtp(const gguf::File& file);
-  // The KV cache of the MTP block alone (width 0 for the main layers), n_ctx positions.
-  std::unique_ptr<KvCache> make_mtp_kv_cache(int n_ctx, const KvCacheConfig& config = {}) const;
-  // Runs the MTP block on batch rows: row t combines `hidden` row t (what the main head saw at
-  // the row's position, head_rows(); or a previous MTP step's `out_hidden` row when chaining)
-  // with the embedding of batch.tokens[t] (the token after that position), at batch.pos[t]
-  // (the position of the hidden row, as vLLM places it; RoPE is relative, so placing every row
-  // one later, at its token's position, gives the same drafts). `out_hidden` gets what the MTP
-  // head sees, shared_head_norm of the block's output (n_tok × n_embd; vLLM's deepseek_mtp
-  // recycles it when chaining), `logits` the draft logits of the rows with want_logits
-  // (predicting the token after batch.tokens[t]).
+  // Loads the first MTP block as layer index n_layer: its decoder layer, nextn.* tensors, and its
+  // routed experts into the expert layout so they stream through the same store. `part_base` 0:
+  // `file` is the model's own file. Otherwise `file` is a separate MTP GGUF of the same
+  // architecture whose block_count is n_layer + its nextn_predict_layers; its split parts are
+  // numbered from part_base (after the model's), and its output_norm stands in for an absent
+  // nextn.shared_head_norm. Absent nextn.embed_tokens / shared_head_head: the model's. Call after
+  // set_layer_range (the whole model only) and before building the expert store. Throws naming
+  // what does not fit.
+  void load_mtp(const gguf::File& file, uint32_t part_base = 0);
+  // The KV cache of the MTP block alone (nothing for the main layers), n_ctx positions.
+  virtual std::unique_ptr<KvCache> make_mtp_kv_cache(int n_ctx,
+                                                     const KvCacheConfig& config = {}) const;
+  // What MTP starts from, for n rows of the final residual (hidden_width() floats each, as
+  // forward_stage leaves them), hidden_width() floats per row into `out`: with one residual
+  // stream the head's normed input (head_rows), as vLLM's deepseek_mtp takes it; with
+  // hyper-connection streams (DeepSeek V4) the streams themselves, before the head's mixer.
+  void mtp_hidden_rows(ThreadPool& pool, const float* x, int64_t n, float* out) const;
+  // Runs the MTP block on batch rows: row t combines `hidden` row t (mtp_hidden_rows of the main
+  // model at the row's position; or a previous MTP step's `out_hidden` row when chaining) with
+  // the embedding of batch.tokens[t] (the token after that position), at batch.pos[t] (the
+  // position of the hidden row, as vLLM places it; RoPE is relative, so placing every row one
+  // later, at its token's position, gives the same drafts). Each residual stream of the row is
+  // projected on its own (eh_proj of [enorm(embedding); hnorm(stream)]). `out_hidden` gets the
+  // chaining rows in the same form as `hidden` (one stream: shared_head_norm of the block's
+  // output, which vLLM's deepseek_mtp recycles; V4: the block's output streams), `logits` the
+  // draft logits of the rows with want_logits (predicting the token after batch.tokens[t]).
   void forward_mtp(ThreadPool& pool, const Batch& batch, const float* hidden, KvCache& kv,
                    ExpertStore& experts, std::vector<float>& out_hidden, std::vector<float>& logits,
                    const ActivationHook* hook = nullptr);
@@ -154,10 +167,14 @@ class Model {
   }
   // Shared by architectures: token embedding, final norm and output head (tied when absent).
   void load_embedding_and_head(const gguf::File& file);
-  // The architecture's decoder layer `il` of the MTP block: loads it so that layer(ctx, il, x)
-  // runs it, and puts its routed experts into expert_layout_.layers[il]. Architectures without
-  // MTP support leave n_mtp_file_ at 0, and this is never called.
-  virtual void load_mtp_layer(const gguf::File&, int il) { fail_no_mtp(il); }
+  // The architecture's decoder layer `il` of the MTP block, declared through `wl` (over `file`,
+  // the model's or a separate MTP GGUF): loads it so that layer(ctx, il, x) runs it, and puts its
+  // routed experts into expert_layout_.layers[il]. Architectures without MTP fail naming it.
+  virtual void load_mtp_layer(const gguf::File& file, const WeightLoader& wl, int il);
+  // Called once per forward_mtp call before the block (cache checks).
+  virtual void begin_mtp_forward(ForwardContext&) {}
+  // The n_embd-vector the MTP head's norm sees for each of n rows of the block's output streams.
+  virtual void mtp_head_input(ThreadPool& pool, const float* x, int64_t n, float* h) const;
   // Architectures register each MoE layer's FFN norm and router for lookahead prefetch, and call
   // prefetch_next() with the residual stream x before running layer il's experts; the prediction
   // is issued once layer il's experts are pinned (ForwardContext::issue_lookahead).
@@ -181,7 +198,6 @@ class Model {
   int n_mtp_file_ = 0;  // architectures set it from nextn_predict_layers
 
  private:
-  [[noreturn]] void fail_no_mtp(int il) const;
   // Checks a batch's tokens and positions and reserves each sequence's KV up to its highest
   // position; returns seq → one past that position (the lengths to set once the layers ran).
   std::map<int32_t, int32_t> reserve_batch(const Batch& batch, KvCache& kv) const;
@@ -193,9 +209,9 @@ class Model {
     Tensor eh_proj;           // (2·n_embd, n_embd): [enorm(embedding); hnorm(hidden)] → n_embd
     Tensor enorm;             // (n_embd)
     Tensor hnorm;             // (n_embd)
-    Tensor shared_head_norm;  // (n_embd)
-    Tensor embed;             // (n_embd, n_vocab), the main token_embd when the file has none
-    Tensor head;              // (n_embd, n_vocab), the main output head when the file has none
+    Tensor shared_head_norm;  // (n_embd), else a separate MTP file's output_norm, else the model's
+    Tensor embed;             // (n_embd, n_vocab), else the model's token_embd
+    Tensor head;              // (n_embd, n_vocab), else the model's output head
   };
   MtpHead mtp_{};
   bool mtp_loaded_ = false;

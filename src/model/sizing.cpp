@@ -218,10 +218,15 @@ bool stage_reads_tensor(const gguf::File& file, const std::string& name, LayerSp
   return true;
 }
 
-void add_mtp_block(const gguf::File& file, int il, MemoryFacts& f) {
+bool mtp_reads_tensor(const std::string& name, int il, bool separate) {
+  if (layer_of(name) == il) return true;
+  return separate && (name == "output_norm.weight" || name.starts_with("output_hc_"));
+}
+
+void add_mtp_block(const gguf::File& file, int il, bool separate, MemoryFacts& f) {
   uint64_t expert = 0;
   for (const auto& t : file.tensors()) {
-    if (layer_of(t.name) != il) continue;
+    if (!mtp_reads_tensor(t.name, il, separate)) continue;
     if (classify_tensor(t.name) != TensorClass::RoutedExpert) {
       f.resident_bytes = sat_add(f.resident_bytes, t.nbytes);
       continue;

@@ -130,9 +130,13 @@ bool stage_reads_tensor(const gguf::File& file, const std::string& name, LayerSp
 // the defaults give a full-length f32 cache. With a `span`, only what that pipeline stage reads
 // (stage_reads_tensor) and its share of the layers' KV.
 MemoryFacts memory_facts(const gguf::File& file, const KvCacheConfig& config = {}, int64_t n_ctx = 1, LayerSpan span = {});
-// Adds a loaded MTP block (layer `il`, Model::load_mtp) to `f`: its routed experts to the routed
-// bytes (and the largest expert), every other tensor of the block to the resident bytes.
-void add_mtp_block(const gguf::File& file, int il, MemoryFacts& f);
+// The tensors of a loaded MTP block (layer `il`, Model::load_mtp) in `file`: the block's own, and
+// in a separate MTP GGUF (`separate`) also its head's norm and mixer (output_norm, output_hc_*).
+// A separate file's token_embd and output copy the model's and are never read.
+bool mtp_reads_tensor(const std::string& name, int il, bool separate);
+// Adds a loaded MTP block to `f`: its routed experts to the routed bytes (and the largest
+// expert), every other tensor it reads (mtp_reads_tensor) to the resident bytes.
+void add_mtp_block(const gguf::File& file, int il, bool separate, MemoryFacts& f);
 // A byte count as a flag value that parse_byte_size reads back, rounded down by under 1 %
 // ("11.5GiB", "1945KiB").
 std::string format_flag_size(uint64_t bytes);

@@ -33,7 +33,7 @@ Tensor WeightLoader::check(const gguf::TensorInfo& t, std::initializer_list<int6
   out.type = t.type;
   out.ne = t.ne;
   out.data = t.data;
-  out.file = {t.file_index, t.file_offset, t.nbytes};
+  out.file = {part_base_ + t.file_index, t.file_offset, t.nbytes};
   return out;
 }
 

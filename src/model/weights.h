@@ -3,6 +3,7 @@
 // and the dims expected. Tensors are views of the GGUF mmap.
 #pragma once
 
+#include <cstdint>
 #include <initializer_list>
 #include <string>
 #include <vector>
@@ -16,6 +17,9 @@ namespace gguf { class File; struct TensorInfo; }
 class WeightLoader {
  public:
   explicit WeightLoader(const gguf::File& file) : file_(file) {}
+  // Tensors of a second file read alongside the model (a separate MTP GGUF): their split parts
+  // are numbered after the model's `part_base` parts, so FileRange.part indexes one list of paths.
+  WeightLoader(const gguf::File& file, uint32_t part_base) : file_(file), part_base_(part_base) {}
 
   // dims in GGML order; throws when absent or shaped differently.
   Tensor require(const std::string& name, std::initializer_list<int64_t> dims) const;
@@ -31,6 +35,7 @@ class WeightLoader {
  private:
   Tensor check(const gguf::TensorInfo& t, std::initializer_list<int64_t> dims) const;
   const gguf::File& file_;
+  uint32_t part_base_ = 0;
 };
 
 }  // namespace sluice

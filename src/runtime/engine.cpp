@@ -44,9 +44,17 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& o) {
   impl->file = gguf::File::open(o.model_path);
   impl->model = load_model(*impl->file);
   impl->model->set_layer_range(o.layer_begin, o.layer_end);
-  if (o.draft == DraftMode::kMtp ||
-      (o.draft == DraftMode::kAuto && impl->model->n_mtp_layers() > 0 && !o.link))
+  if (!o.mtp_path.empty()) {
+    if (o.draft != DraftMode::kMtp && o.draft != DraftMode::kAuto)
+      fail("--mtp {}: the MTP block drafts with --draft mtp or auto, and drafting here is {}",
+           o.mtp_path, o.draft == DraftMode::kNgram ? "ngram" : "off");
+    if (o.link) fail("--mtp {}: a pipeline verifies no drafts", o.mtp_path);
+    impl->mtp_file = gguf::File::open(o.mtp_path);
+    impl->model->load_mtp(*impl->mtp_file, static_cast<uint32_t>(impl->file->n_parts()));
+  } else if (o.draft == DraftMode::kMtp ||
+             (o.draft == DraftMode::kAuto && impl->model->n_mtp_layers() > 0 && !o.link)) {
     impl->model->load_mtp(*impl->file);
+  }
   impl->link = o.link;
   impl->tokenizer = Tokenizer::from_gguf(*impl->file);
   if (o.kv_slots < 1) fail("kv_slots {}: expected at least 1 sequence", o.kv_slots);
@@ -62,13 +70,14 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& o) {
                     impl->n_ctx, hp.n_ctx_train, hp.n_ctx_train);
   impl->kv_config = engine_kv_config(o.kv_type_k, o.kv_type_v);
   const std::unique_ptr<KvCache> kv_shape = impl->make_kv_cache(impl->n_ctx);
-  const ExpertPlan plan = plan_experts(*impl->file, *impl->model, o, *kv_shape, impl->n_ctx);
+  const ExpertPlan plan =
+      plan_experts(*impl->file, *impl->model, o, *kv_shape, impl->n_ctx, impl->mtp_file.get());
   const MemoryFacts& f = plan.facts;
   const uint64_t token_bytes =
       f.resident_bytes + (f.n_expert > 0 ? f.routed_bytes / f.n_expert * f.n_expert_used : 0);
   impl->pool = std::make_unique<ThreadPool>(
       o.n_threads > 0 ? o.n_threads : threads_for_work(default_thread_count(), token_bytes));
-  impl->experts = make_expert_store(*impl->file, *impl->model, o, plan);
+  impl->experts = make_expert_store(*impl->file, *impl->model, o, plan, impl->mtp_file.get());
   impl->model->set_prefetch(o.prefetch && plan.memory.placement == Placement::kStream);
 
   ModelInfo& mi = impl->info;
@@ -344,7 +353,9 @@ GenerateResult Session::generate(std::span<const int32_t> prompt, const Generate
   if (s.engine->link) go.draft.mode = DraftMode::kNone;
   if (go.draft.mode == DraftMode::kMtp && !s.mtp) {
     if (s.engine->model->n_mtp_layers() == 0)
-      fail("--draft mtp: the model file has no MTP (nextn) layers");
+      fail(
+          "--draft mtp: the model file has no MTP (nextn) layers (a DeepSeek V4 block comes in "
+          "its own GGUF: --mtp FILE)");
     fail(
         "--draft mtp: the engine was loaded without the model's MTP layers (EngineOptions::draft "
         "is {})",

@@ -21,6 +21,7 @@ namespace sluice {
 struct Engine::Impl {
   EngineOptions options;
   std::unique_ptr<gguf::File> file;
+  std::unique_ptr<gguf::File> mtp_file;  // EngineOptions::mtp_path; the model views its tensors
   std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<ThreadPool> pool;

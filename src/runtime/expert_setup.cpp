@@ -61,7 +61,7 @@ std::string heat_profile_path(const std::string& model_path, uint64_t file_size)
 }
 
 ExpertPlan plan_experts(const gguf::File& file, const Model& model, const EngineOptions& o,
-                        const KvCache& kv, int n_ctx) {
+                        const KvCache& kv, int n_ctx, const gguf::File* mtp_file) {
   ExpertPlan p;
   const KvCacheConfig kv_config = engine_kv_config(o.kv_type_k, o.kv_type_v);
   p.facts = memory_facts(file, kv_config, n_ctx, LayerSpan{o.layer_begin, o.layer_end});
@@ -70,7 +70,8 @@ ExpertPlan plan_experts(const gguf::File& file, const Model& model, const Engine
   p.facts.kv_bytes_per_token = kv.bytes_per_position();
   p.facts.kv_fixed_bytes = kv.bytes_for(0);
   if (model.mtp_loaded()) {
-    add_mtp_block(file, model.hparams().n_layer, p.facts);
+    add_mtp_block(mtp_file ? *mtp_file : file, model.hparams().n_layer, mtp_file != nullptr,
+                  p.facts);
     p.facts.kv_bytes_per_token += model.make_mtp_kv_cache(n_ctx, kv_config)->bytes_per_position();
   }
   PlanRequest req;
@@ -89,8 +90,9 @@ ExpertPlan plan_experts(const gguf::File& file, const Model& model, const Engine
   return p;
 }
 
-std::unique_ptr<ExpertStore> make_expert_store(const gguf::File& file, const Model& model, const EngineOptions& o,
-                                               const ExpertPlan& plan) {
+std::unique_ptr<ExpertStore> make_expert_store(const gguf::File& file, const Model& model,
+                                               const EngineOptions& o, const ExpertPlan& plan,
+                                               const gguf::File* mtp_file) {
   // Resident weights are read on every token: fault them in now rather than during the first
   // tokens (and, in ram mode, the routed experts too — that is what ram means).
   // A pipeline stage touches only the tensors of its own layers (and the globals it reads).
@@ -101,6 +103,11 @@ std::unique_ptr<ExpertStore> make_expert_store(const gguf::File& file, const Mod
     if (!unused_mtp(t.name, model) && stage_reads_tensor(file, t.name, span, model.hparams().n_layer) &&
         (ram || classify_tensor(t.name) != TensorClass::RoutedExpert))
       populate(t.data, t.nbytes);
+  if (mtp_file)
+    for (const auto& t : mtp_file->tensors())
+      if (mtp_reads_tensor(t.name, model.hparams().n_layer, true) &&
+          (ram || classify_tensor(t.name) != TensorClass::RoutedExpert))
+        populate(t.data, t.nbytes);
   if (plan.memory.placement != Placement::kStream) return make_in_place_store(model.expert_layout(), placement_name(plan.memory.placement));
   StreamOptions so;
   so.cache_bytes = plan.memory.cache_bytes;
@@ -117,6 +124,8 @@ std::unique_ptr<ExpertStore> make_expert_store(const gguf::File& file, const Mod
   if (!so.heat_path.empty() && model.mtp_loaded()) so.heat_path += ".mtp";
   std::vector<std::string> parts;
   for (size_t i = 0; i < file.n_parts(); ++i) parts.push_back(file.part_path(i));
+  if (mtp_file)
+    for (size_t i = 0; i < mtp_file->n_parts(); ++i) parts.push_back(mtp_file->part_path(i));
   // A loaded MTP block's experts are one more layer of the map (layer index n_layer).
   const int n_layer = static_cast<int>(model.expert_layout().layers.size());
   return make_stream_store(model.expert_layout(),

@@ -16,21 +16,21 @@ constexpr int kCatchUpRows = kEngineKvStep;
 }  // namespace
 
 MtpDrafter::MtpDrafter(Model& model, int n_ctx, const KvCacheConfig& config)
-    : model_(model), kv_(model.make_mtp_kv_cache(n_ctx, config)), n_embd_(model.hparams().n_embd) {}
+    : model_(model), kv_(model.make_mtp_kv_cache(n_ctx, config)), width_(model.hidden_width()) {}
 
 void MtpDrafter::add_hidden(ThreadPool& pool, int pos, std::span<const float> rows) {
   if (pos > valid_) return;
-  const int n = static_cast<int>(rows.size() / n_embd_);
-  hidden_.resize(static_cast<size_t>(pos + n) * n_embd_);
-  // vLLM's MTP takes the target model's output after its final norm, as the head sees it.
-  model_.head_rows(pool, rows.data(), n, hidden_.data() + static_cast<ptrdiff_t>(pos) * n_embd_);
+  const int n = static_cast<int>(rows.size() / width_);
+  hidden_.resize(static_cast<size_t>(pos + n) * width_);
+  model_.mtp_hidden_rows(pool, rows.data(), n,
+                         hidden_.data() + static_cast<ptrdiff_t>(pos) * width_);
   valid_ = pos + n;
 }
 
 void MtpDrafter::truncate(int len) {
   valid_ = std::min(valid_, len);
-  kv_len_ = std::min(kv_len_, std::max(0, len - 1));
-  kv_->truncate(0, kv_len_);
+  kv_->truncate(0, std::min(kv_len_, std::max(0, len - 1)));
+  kv_len_ = kv_->length(0);
 }
 
 std::vector<int32_t> MtpDrafter::draft(ThreadPool& pool, ExpertStore& experts,
@@ -43,18 +43,19 @@ std::vector<int32_t> MtpDrafter::draft(ThreadPool& pool, ExpertStore& experts,
   // Catch up: row t is position t's hidden state with token t + 1 (the pending token last);
   // only the last row's logits are needed, and they give the first draft. A cache already caught
   // up (drafting twice without evaluating) recomputes its last row.
-  const int from = std::min(kv_len_, n_eval - 1);
-  kv_->truncate(0, from);
+  kv_->truncate(0, std::min(kv_len_, n_eval - 1));
+  // A cache with rings (DeepSeek V4) may drop more than asked: continue from what it kept.
+  const int from = kv_->length(0);
   for (int start = from; start < n_eval; start += kCatchUpRows) {
     const int end = std::min(n_eval, start + kCatchUpRows);
     b.clear();
     for (int t = start; t < end; ++t) b.add(ctx[t + 1], t, 0, t == n_eval - 1);
-    model_.forward_mtp(pool, b, hidden_.data() + static_cast<ptrdiff_t>(start) * n_embd_, *kv_,
+    model_.forward_mtp(pool, b, hidden_.data() + static_cast<ptrdiff_t>(start) * width_, *kv_,
                        experts, out, logits);
     kv_len_ = end;
   }
   drafts.push_back(argmax(logits));
-  h.assign(out.end() - n_embd_, out.end());
+  h.assign(out.end() - width_, out.end());
   // Chain: draft i + 1 comes from the MTP output of draft i's row at the next position.
   for (int i = 1; i < k; ++i) {
     b.clear();
@@ -66,6 +67,7 @@ std::vector<int32_t> MtpDrafter::draft(ThreadPool& pool, ExpertStore& experts,
   // The chain's rows are speculative: the next catch-up writes those positions from the main
   // model's hidden states.
   kv_->truncate(0, kv_len_);
+  kv_len_ = kv_->length(0);
   return drafts;
 }
 

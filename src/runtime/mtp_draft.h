@@ -1,10 +1,10 @@
 // MTP drafts: the model's multi-token-prediction (nextn) block predicts the token after next from
 // the main model's final hidden state at a position and the token that follows it (GLM-4.5,
-// DeepSeek V3). A drafter serves one KV sequence (a Session's): it keeps the main head's input
-// rows (output_norm of the final residual) of every evaluated position and the MTP block's own KV
-// cache, catches that cache up with the evaluated context when drafts are asked for, and chains
-// greedy drafts, each MTP step's normed output feeding the next as its hidden state. Drafts only
-// propose: verification keeps output exact.
+// DeepSeek V3, DeepSeek V4 from its separate MTP GGUF). A drafter serves one KV sequence (a
+// Session's): it keeps the hidden rows (Model::mtp_hidden_rows) of every evaluated position and
+// the MTP block's own KV cache, catches that cache up with the evaluated context when drafts are
+// asked for, and chains greedy drafts, each MTP step's output rows feeding the next as its hidden
+// state. Drafts only propose: verification keeps output exact.
 #pragma once
 
 #include <cstdint>
@@ -25,9 +25,9 @@ class MtpDrafter {
   MtpDrafter(Model& model, int n_ctx, const KvCacheConfig& config);
 
   // The main forward evaluated positions [pos, pos + n) and left their final residual rows
-  // (n × n_embd, before the output norm; kept as the head sees them). Rows must continue the
-  // ones held: a later start (a context restored from disk, without hidden rows) leaves the
-  // sequence undraftable until it is evaluated again from a held position.
+  // (n × Model::hidden_width(), before the head; kept as Model::mtp_hidden_rows gives them). Rows
+  // must continue the ones held: a later start (a context restored from disk, without hidden rows)
+  // leaves the sequence undraftable until it is evaluated again from a held position.
   void add_hidden(ThreadPool& pool, int pos, std::span<const float> rows);
   // The main cache kept `len` positions: hidden rows at or past it are dropped, and so are the MTP
   // cache rows from len − 1 on (row t combines position t with token t + 1, which may change).
@@ -44,8 +44,8 @@ class MtpDrafter {
  private:
   Model& model_;
   std::unique_ptr<KvCache> kv_;
-  int64_t n_embd_;
-  std::vector<float> hidden_;  // head input rows of positions [0, valid_), n_embd each
+  int64_t width_;              // floats per hidden row: Model::hidden_width()
+  std::vector<float> hidden_;  // Model::mtp_hidden_rows of positions [0, valid_)
   int valid_ = 0;
   int kv_len_ = 0;
 };

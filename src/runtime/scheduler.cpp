@@ -586,14 +586,14 @@ struct Scheduler::Impl {
     }
     const double secs = t.seconds();
     if (mtp_drafts()) {
-      const int64_t n_embd = engine.model->hparams().n_embd;
+      const int64_t width = engine.model->hidden_width();
       for (size_t i = 0; i < segments.size(); ++i) {
         const int end =
             i + 1 < segments.size() ? segments[i + 1].first_row : static_cast<int>(batch.size());
         const Segment& g = segments[i];
         slots[g.slot].mtp->add_hidden(*engine.pool, g.first_pos,
                                       std::span<const float>(hidden).subspan(
-                                          g.first_row * n_embd, (end - g.first_row) * n_embd));
+                                          g.first_row * width, (end - g.first_row) * width));
       }
     }
     if (link && !link->last() && n_groups > 1) {

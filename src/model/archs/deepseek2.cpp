@@ -74,7 +74,7 @@ class DeepSeek2 final : public Model {
     expert_layout_.n_expert = hp_.n_expert;
     expert_layout_.layers.resize(hp_.n_layer);
     for (int il = 0; il < hp_.n_layer; ++il) {
-      load_layer(f, il, layers_[il]);
+      load_layer(f, WeightLoader(f), il, layers_[il]);
       const FfnLayerWeights& ffn = layers_[il].ffn;
       if (hp_.is_moe_layer(il))
         set_lookahead(il, ffn.norm, ffn.router.gate_inp, ffn.router.exp_probs_b);
@@ -86,9 +86,9 @@ class DeepSeek2 final : public Model {
 
  protected:
   // The MTP block is a decoder layer like the others (its nextn.* tensors are the base's).
-  void load_mtp_layer(const gguf::File& f, int il) override {
+  void load_mtp_layer(const gguf::File& f, const WeightLoader& wl, int il) override {
     layers_.resize(il + 1);
-    load_layer(f, il, layers_[il]);
+    load_layer(f, wl, il, layers_[il]);
   }
 
   void layer(ForwardContext& ctx, int il, float* x) override {
@@ -108,12 +108,11 @@ class DeepSeek2 final : public Model {
   };
 
   // Layer il's weights; a MoE layer's routed experts go into expert_layout_.layers[il].
-  void load_layer(const gguf::File& f, int il, Layer& L) {
+  void load_layer(const gguf::File& f, const WeightLoader& wl, int il, Layer& L) {
     const std::string a = hp_.arch + ".";
     const int64_t n_embd = hp_.n_embd;
     const int64_t n_head = mc_.n_head;
     const int64_t width = mla_cache_width(mc_);
-    WeightLoader wl(f);
     auto n = [&](const char* what) { return WeightLoader::layer_name(il, what); };
     MlaWeights& A = L.attn;
     const int64_t q_dim = n_head * hd_k_;

@@ -6,7 +6,9 @@
 // The head collapses the streams with its own mixer before the final norm. Layer kinds follow
 // attention.compress_ratios: 0 (window only, plain RoPE), 4 (pooled rows with overlap chosen by
 // the lightning indexer) and 128 (all pooled rows); compressed layers use their own RoPE base with
-// YaRN. The KV cache is kv/ds4_cache.h.
+// YaRN. The KV cache is kv/ds4_cache.h. The MTP block comes from the separate GGUF the converter
+// writes (--mtp FILE): one window-only, non-hash layer on streams built from the main model's final
+// streams, with its own head mixer (deepseek4.md §4.8).
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -56,8 +58,12 @@ class DeepSeek4 final : public Model {
     if (n_mtp > 0 &&
         f.find_tensor(WeightLoader::layer_name(hp_.n_layer - 1, "nextn.eh_proj.weight")))
       hp_.n_layer -= static_cast<int>(n_mtp);
+    if (n_mtp > 0 && !f.find_tensor(WeightLoader::layer_name(0, "attn_norm.weight")))
+      fail(
+          "this file holds only DeepSeek V4's MTP block ({}nextn_predict_layers {}, no layer 0): "
+          "load the model and give this file with --mtp",
+          a, n_mtp);
     const int L = hp_.n_layer;
-    const int64_t d = hp_.n_embd;
     H_ = hp_.n_head[0];
     for (int il = 0; il < L; ++il)
       if (hp_.n_head[il] != H_ || hp_.n_head_kv[il] != 1)
@@ -69,7 +75,7 @@ class DeepSeek4 final : public Model {
            hp_.head_dim_v);
     const int R = hp_.rope.n_rot;
     if (R >= D_) fail("deepseek4: rope.dimension_count {} must be below the head size {}", R, D_);
-    const int Q = key_int(f, a + "attention.q_lora_rank", 1, 1 << 20);
+    Q_ = key_int(f, a + "attention.q_lora_rank", 1, 1 << 20);
     G_ = key_int(f, a + "attention.output_group_count", 1, H_);
     if (H_ % G_) fail("deepseek4: {} heads cannot form {} output groups", H_, G_);
     O_ = key_int(f, a + "attention.output_lora_rank", 1, 1 << 20);
@@ -130,68 +136,15 @@ class DeepSeek4 final : public Model {
 
     load_embedding_and_head(f);
     WeightLoader wl(f);
-    const int S = hc_.n_streams;
-    const int64_t n_mix = (2 + S) * S;
-    head_hc_ = {wl.require("output_hc_fn.weight", {S * d, S}),
-                wl.require_f32("output_hc_base.weight", {S}),
-                wl.require_f32("output_hc_scale.weight", {1})};
-    const int64_t E = hp_.n_expert, K = hp_.n_expert_used, F = hp_.n_ff_exp;
+    head_hc_ = load_head_mixer(wl);
     layers_.resize(L);
     expert_layout_.n_expert = hp_.n_expert;
     expert_layout_.layers.resize(L);
     for (int il = 0; il < L; ++il) {
-      auto n = [&](const char* what) { return WeightLoader::layer_name(il, what); };
-      Layer& ly = layers_[il];
-      const int r = ratio_[il];
-      ly.hc_attn = {wl.require(n("hc_attn_fn.weight"), {S * d, n_mix}),
-                    wl.require_f32(n("hc_attn_base.weight"), {n_mix}),
-                    wl.require_f32(n("hc_attn_scale.weight"), {3})};
-      ly.hc_ffn = {wl.require(n("hc_ffn_fn.weight"), {S * d, n_mix}),
-                   wl.require_f32(n("hc_ffn_base.weight"), {n_mix}),
-                   wl.require_f32(n("hc_ffn_scale.weight"), {3})};
-      ly.attn_norm = wl.require_f32(n("attn_norm.weight"), {d});
-      Ds4AttentionWeights& A = ly.attn;
-      A.wq_a = wl.require(n("attn_q_a.weight"), {d, Q});
-      A.q_a_norm = wl.require_f32(n("attn_q_a_norm.weight"), {Q});
-      A.wq_b = wl.require(n("attn_q_b.weight"), {Q, int64_t{H_} * D_});
-      A.wkv = wl.require(n("attn_kv.weight"), {d, D_});
-      A.kv_norm = wl.require_f32(n("attn_kv_a_norm.weight"), {D_});
-      A.sinks = wl.require_f32(n("attn_sinks.weight"), {H_});
-      A.wo_a = wl.require(n("attn_output_a.weight"), {int64_t{H_} * D_ / G_, int64_t{G_} * O_});
-      A.wo_b = wl.require(n("attn_output_b.weight"), {int64_t{G_} * O_, d});
-      if (r != 0) A.comp = load_compressor(wl, il, "attn_compressor_", r, d, D_);
-      if (r == 4) {
-        A.idx_q_b = wl.require(n("indexer.attn_q_b.weight"), {Q, int64_t{Ih_} * Id_});
-        A.idx_proj = wl.require(n("indexer.proj.weight"), {d, Ih_});
-        A.icomp = load_compressor(wl, il, "indexer_compressor_", 4, d, Id_);
-      }
-      Ds4AttentionConfig& C = ly.cfg;
-      C = {r,
-           H_,
-           D_,
-           G_,
-           O_,
-           W_,
-           Ih_,
-           Id_,
-           It_,
-           hp_.rms_eps,
-           r == 0 ? rope_plain_.get() : rope_comp_.get()};
-
-      ly.ffn_norm = wl.require_f32(n("ffn_norm.weight"), {d});
-      ly.router.gate_inp = wl.require(n("ffn_gate_inp.weight"), {d, E});
-      if (il < n_hash_) {
-        ly.router.tid2eid = wl.require(n("ffn_gate_tid2eid.weight"), {K, hp_.n_vocab});
-        if (ly.router.tid2eid.type != GgmlType::I32)
-          fail("tensor '{}' has type {}, expected I32", n("ffn_gate_tid2eid.weight"),
-               type_name(ly.router.tid2eid.type));
-      } else {
-        ly.router.exp_probs_b = wl.optional_f32(n("exp_probs_b.bias"), {E});
-        set_lookahead(il, ly.ffn_norm, ly.router.gate_inp, ly.router.exp_probs_b);
-      }
-      expert_layout_.layers[il] = load_merged_experts(wl, il, d, F, E);
-      if (hp_.n_expert_shared > 0)
-        ly.shexp = load_swiglu(wl, il, "_shexp", d, F * hp_.n_expert_shared);
+      load_layer(wl, il, layers_[il]);
+      if (il >= n_hash_)
+        set_lookahead(il, layers_[il].ffn_norm, layers_[il].router.gate_inp,
+                      layers_[il].router.exp_probs_b);
     }
   }
 
@@ -199,24 +152,48 @@ class DeepSeek4 final : public Model {
     return std::make_unique<Ds4KvCache>(cache_shape(ds4_row_type(config)), n_ctx);
   }
 
-  Ds4CacheShape cache_shape(KvType type) const { return {ratio_, D_, Id_, W_, type}; }
+  // The main layers' cache (a loaded MTP block's entry in ratio_ is not theirs).
+  Ds4CacheShape cache_shape(KvType type) const {
+    return {std::vector<int>(ratio_.begin(), ratio_.begin() + hp_.n_layer), D_, Id_, W_, type};
+  }
+
+  // The MTP block's window ring alone: the main layers' entries are absent.
+  std::unique_ptr<KvCache> make_mtp_kv_cache(int n_ctx,
+                                             const KvCacheConfig& config) const override {
+    if (!mtp_loaded()) fail("internal: MTP KV cache asked for without a loaded MTP block");
+    std::vector<int> ratio(hp_.n_layer + 1, Ds4CacheShape::kAbsent);
+    ratio[hp_.n_layer] = 0;
+    return std::make_unique<Ds4KvCache>(
+        Ds4CacheShape{std::move(ratio), D_, Id_, W_, ds4_row_type(config)}, n_ctx);
+  }
 
  protected:
   int residual_streams() const override { return hc_.n_streams; }
 
+  // The MTP block is a window-only (ratio 0), selection-routed layer after the main ones, with
+  // its own head mixer; its SwiGLU clamps are the MTP file's entries for its index when the
+  // arrays have them, else the main model's last layer's.
+  void load_mtp_layer(const gguf::File& f, const WeightLoader& wl, int il) override {
+    const std::string a = hp_.arch + ".";
+    ratio_.resize(il + 1);
+    ratio_[il] = 0;
+    clamp_exp_ = layer_floats(f, a + "swiglu_clamp_exp", il + 1,
+                              std::vector<float>(il + 1, clamp_exp_.back()));
+    clamp_shexp_ = layer_floats(f, a + "swiglu_clamp_shexp", il + 1,
+                                std::vector<float>(il + 1, clamp_shexp_.back()));
+    layers_.resize(il + 1);
+    load_layer(wl, il, layers_[il]);
+    mtp_head_hc_ = load_head_mixer(wl);
+  }
+
+  void begin_mtp_forward(ForwardContext& ctx) override { begin_cache_step(ctx); }
+
+  void mtp_head_input(ThreadPool& pool, const float* x, int64_t n, float* h) const override {
+    hc_pre(pool, hc_, mtp_head_hc_, x, n, hp_.n_embd, h, nullptr, nullptr);
+  }
+
   void begin_forward(ForwardContext& ctx) override {
-    auto* kv = dynamic_cast<Ds4KvCache*>(&ctx.kv);
-    if (!kv) fail("internal: deepseek4 needs its own KV cache (Model::make_kv_cache)");
-    std::vector<int> seen;
-    for (int64_t t = 0; t < ctx.n_tok; ++t) {
-      const int s = ctx.batch.seq[t];
-      if (std::find(seen.begin(), seen.end(), s) != seen.end()) continue;
-      seen.push_back(s);
-      if (ctx.batch.pos[t] != ctx.kv.length(s))
-        fail("deepseek4: sequence {} continues at position {} but its cache holds {} positions", s,
-             ctx.batch.pos[t], ctx.kv.length(s));
-    }
-    for (int s : seen) kv->begin_step(s);
+    begin_cache_step(ctx);
     // Hash layers know their experts from the token ids: ask the store for them before any layer.
     const int K = hp_.n_expert_used;
     for (int il = 0; il < n_hash_; ++il) {
@@ -285,6 +262,88 @@ class DeepSeek4 final : public Model {
     FfnWeights shexp;  // gate/up (d, F·Ns), down (F·Ns, d)
   };
 
+  // Every sequence of the batch continues its cache; its rings are in flight until set_length.
+  static void begin_cache_step(ForwardContext& ctx) {
+    auto* kv = dynamic_cast<Ds4KvCache*>(&ctx.kv);
+    if (!kv) fail("internal: deepseek4 needs its own KV cache (Model::make_kv_cache)");
+    std::vector<int> seen;
+    for (int64_t t = 0; t < ctx.n_tok; ++t) {
+      const int s = ctx.batch.seq[t];
+      if (std::find(seen.begin(), seen.end(), s) != seen.end()) continue;
+      seen.push_back(s);
+      if (ctx.batch.pos[t] != ctx.kv.length(s))
+        fail("deepseek4: sequence {} continues at position {} but its cache holds {} positions", s,
+             ctx.batch.pos[t], ctx.kv.length(s));
+    }
+    for (int s : seen) kv->begin_step(s);
+  }
+
+  // The head's hyper-connection mixer (output_hc_*): the model's, or the MTP block's own.
+  HcWeights load_head_mixer(const WeightLoader& wl) const {
+    const int S = hc_.n_streams;
+    return {wl.require("output_hc_fn.weight", {S * hp_.n_embd, S}),
+            wl.require_f32("output_hc_base.weight", {S}),
+            wl.require_f32("output_hc_scale.weight", {1})};
+  }
+
+  // Layer il's tensors as `wl` declares them (the model's file, or the MTP file for the MTP
+  // block); its routed experts go into expert_layout_.layers[il].
+  void load_layer(const WeightLoader& wl, int il, Layer& ly) {
+    auto n = [&](const char* what) { return WeightLoader::layer_name(il, what); };
+    const int S = hc_.n_streams;
+    const int64_t d = hp_.n_embd, n_mix = (2 + S) * S, Q = Q_;
+    const int64_t E = hp_.n_expert, K = hp_.n_expert_used, F = hp_.n_ff_exp;
+    const int r = ratio_[il];
+    ly.hc_attn = {wl.require(n("hc_attn_fn.weight"), {S * d, n_mix}),
+                  wl.require_f32(n("hc_attn_base.weight"), {n_mix}),
+                  wl.require_f32(n("hc_attn_scale.weight"), {3})};
+    ly.hc_ffn = {wl.require(n("hc_ffn_fn.weight"), {S * d, n_mix}),
+                 wl.require_f32(n("hc_ffn_base.weight"), {n_mix}),
+                 wl.require_f32(n("hc_ffn_scale.weight"), {3})};
+    ly.attn_norm = wl.require_f32(n("attn_norm.weight"), {d});
+    Ds4AttentionWeights& A = ly.attn;
+    A.wq_a = wl.require(n("attn_q_a.weight"), {d, Q});
+    A.q_a_norm = wl.require_f32(n("attn_q_a_norm.weight"), {Q});
+    A.wq_b = wl.require(n("attn_q_b.weight"), {Q, int64_t{H_} * D_});
+    A.wkv = wl.require(n("attn_kv.weight"), {d, D_});
+    A.kv_norm = wl.require_f32(n("attn_kv_a_norm.weight"), {D_});
+    A.sinks = wl.require_f32(n("attn_sinks.weight"), {H_});
+    A.wo_a = wl.require(n("attn_output_a.weight"), {int64_t{H_} * D_ / G_, int64_t{G_} * O_});
+    A.wo_b = wl.require(n("attn_output_b.weight"), {int64_t{G_} * O_, d});
+    if (r != 0) A.comp = load_compressor(wl, il, "attn_compressor_", r, d, D_);
+    if (r == 4) {
+      A.idx_q_b = wl.require(n("indexer.attn_q_b.weight"), {Q, int64_t{Ih_} * Id_});
+      A.idx_proj = wl.require(n("indexer.proj.weight"), {d, Ih_});
+      A.icomp = load_compressor(wl, il, "indexer_compressor_", 4, d, Id_);
+    }
+    Ds4AttentionConfig& C = ly.cfg;
+    C = {r,
+         H_,
+         D_,
+         G_,
+         O_,
+         W_,
+         Ih_,
+         Id_,
+         It_,
+         hp_.rms_eps,
+         r == 0 ? rope_plain_.get() : rope_comp_.get()};
+
+    ly.ffn_norm = wl.require_f32(n("ffn_norm.weight"), {d});
+    ly.router.gate_inp = wl.require(n("ffn_gate_inp.weight"), {d, E});
+    if (il < n_hash_) {
+      ly.router.tid2eid = wl.require(n("ffn_gate_tid2eid.weight"), {K, hp_.n_vocab});
+      if (ly.router.tid2eid.type != GgmlType::I32)
+        fail("tensor '{}' has type {}, expected I32", n("ffn_gate_tid2eid.weight"),
+             type_name(ly.router.tid2eid.type));
+    } else {
+      ly.router.exp_probs_b = wl.optional_f32(n("exp_probs_b.bias"), {E});
+    }
+    expert_layout_.layers[il] = load_merged_experts(wl, il, d, F, E);
+    if (hp_.n_expert_shared > 0)
+      ly.shexp = load_swiglu(wl, il, "_shexp", d, F * hp_.n_expert_shared);
+  }
+
   // blk.N.<prefix>{kv,gate,ape,norm}.weight of a compressor of width w (c = 2 channel groups at
   // ratio 4).
   static Ds4CompressorWeights load_compressor(const WeightLoader& wl, int il,
@@ -306,8 +365,8 @@ class DeepSeek4 final : public Model {
   }
 
   HcConfig hc_;
-  HcWeights head_hc_;
-  int H_ = 0, D_ = 0, G_ = 0, O_ = 0, W_ = 0, Ih_ = 0, Id_ = 0, It_ = 0, n_hash_ = 0;
+  HcWeights head_hc_, mtp_head_hc_;
+  int H_ = 0, D_ = 0, Q_ = 0, G_ = 0, O_ = 0, W_ = 0, Ih_ = 0, Id_ = 0, It_ = 0, n_hash_ = 0;
   std::vector<int> ratio_;
   std::vector<float> clamp_exp_, clamp_shexp_;
   RouterConfig rc_;

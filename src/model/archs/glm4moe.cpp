@@ -42,7 +42,7 @@ class Glm4Moe final : public Model {
     expert_layout_.n_expert = hp_.n_expert;
     expert_layout_.layers.resize(hp_.n_layer);
     for (int il = 0; il < hp_.n_layer; ++il) {
-      load_layer(f, il, layers_[il]);
+      load_layer(f, WeightLoader(f), il, layers_[il]);
       if (hp_.is_moe_layer(il))
         set_lookahead(il, layers_[il].ffn.norm, layers_[il].ffn.router.gate_inp);
     }
@@ -52,9 +52,9 @@ class Glm4Moe final : public Model {
 
  protected:
   // The MTP block is a decoder layer like the others (its nextn.* tensors are the base's).
-  void load_mtp_layer(const gguf::File& f, int il) override {
+  void load_mtp_layer(const gguf::File& f, const WeightLoader& wl, int il) override {
     layers_.resize(il + 1);
-    load_layer(f, il, layers_[il]);
+    load_layer(f, wl, il, layers_[il]);
   }
 
   void layer(ForwardContext& ctx, int il, float* x) override {
@@ -78,7 +78,7 @@ class Glm4Moe final : public Model {
   };
 
   // Layer il's weights; a MoE layer's routed experts go into expert_layout_.layers[il].
-  void load_layer(const gguf::File& f, int il, Layer& L) {
+  void load_layer(const gguf::File& f, const WeightLoader& wl, int il, Layer& L) {
     const std::string a = hp_.arch + ".";
     const int64_t hd = hp_.head_dim_k;
     const int64_t n_embd = hp_.n_embd;
@@ -87,7 +87,6 @@ class Glm4Moe final : public Model {
     const int64_t n_ff_sh = f.has(a + "expert_shared_feed_forward_length")
                                 ? hp_.n_ff_shexp
                                 : n_ff_exp * hp_.n_expert_shared;
-    WeightLoader wl(f);
     auto n = [&](const char* what) { return WeightLoader::layer_name(il, what); };
     const int64_t q_dim = hp_.n_head[il] * hd, kv_dim = hp_.n_head_kv[il] * hd;
     L.attn.norm = wl.require_f32(n("attn_norm.weight"), {n_embd});

@@ -7,6 +7,10 @@
 // layer: the first hash_layer_count layers carry ffn_gate_tid2eid and no selection bias, the rest
 // exp_probs_b; routed experts, one shared expert. Keys the converter does not write for V4
 // (feed_forward_length, leading_dense_block_count, expert groups, vocab_size) are not written.
+// --nextn 1 writes instead the separate MTP GGUF the converter's --mtp writes: the same keys with
+// block_count n_layer + 1 and nextn_predict_layers 1, the global tensors (token_embd and output
+// the model's, seeded by name; output_hc_* the MTP head's) and one window-only, selection-routed
+// block at index n_layer with its nextn.* tensors.
 #include <cmath>
 
 #include "core/error.h"
@@ -45,6 +49,8 @@ void check(const GenSpec& s) {
   if (s.legacy_experts)
     fail("--legacy-experts is Mixtral's llama layout; deepseek4 files always merge experts");
   if (s.tied_output) fail("deepseek4 has an untied output head");
+  if (s.n_nextn < 0 || s.n_nextn > 1)
+    fail("deepseek4's converter writes one MTP block (--nextn 1), got --nextn {}", s.n_nextn);
 }
 
 // A compressor of `width` channels for ratio r: c = 2 overlapping halves at ratio 4, else 1.
@@ -58,12 +64,11 @@ void compressor(ModelBuilder& b, int il, const std::string& prefix, int r, int64
   b.norm(name("norm.weight"), width);
 }
 
-void attention(ModelBuilder& b, int il) {
+void attention(ModelBuilder& b, int il, int r) {
   const GenSpec& s = b.spec();
   const int64_t d = s.n_embd, H = s.n_head, D = s.head_dim, Q = s.q_lora_rank, G = s.n_out_groups,
                 O = s.out_lora_rank;
   auto blk = [&](const char* what) { return ModelBuilder::blk(il, what); };
-  const int r = ratio_of(il);
   b.norm(blk("attn_norm.weight"), d);
   b.weight(blk("attn_q_a.weight"), s.type_attn, {d, Q});
   b.norm(blk("attn_q_a_norm.weight"), Q);
@@ -99,6 +104,10 @@ void gen_deepseek4(ModelBuilder& b) {
   const GenSpec& s = b.spec();
   check(s);
   b.common_keys();
+  if (s.n_nextn > 0) {
+    b.arch_u32("block_count", s.n_layer + s.n_nextn);
+    b.arch_u32("nextn_predict_layers", s.n_nextn);
+  }
   const int n_hash = std::min(s.n_hash_layers, s.n_layer);
   b.arch_u32("embedding_length_out", static_cast<uint32_t>(s.n_hc) * s.n_embd);
   b.arch_u32("attention.key_length", s.head_dim);
@@ -127,28 +136,34 @@ void gen_deepseek4(ModelBuilder& b) {
   b.arch_f32("expert_weights_scale", s.expert_weights_scale);
   if (s.swiglu_clamp > 0.0f) {
     b.arch_value("swiglu_clamp_exp",
-                 gguf::Value::f32_array(std::vector<float>(s.n_layer, s.swiglu_clamp)));
+                 gguf::Value::f32_array(std::vector<float>(s.n_layer + s.n_nextn, s.swiglu_clamp)));
     b.arch_value("swiglu_clamp_shexp",
-                 gguf::Value::f32_array(std::vector<float>(s.n_layer, s.swiglu_clamp)));
+                 gguf::Value::f32_array(std::vector<float>(s.n_layer + s.n_nextn, s.swiglu_clamp)));
   }
   b.arch_u32("hash_layer_count", n_hash);
 
   b.embedding_and_head();
   hc_mixer(b, "output_hc", s.n_hc);
   const int64_t n_mix = int64_t{2 + s.n_hc} * s.n_hc;
-  for (int il = 0; il < s.n_layer; ++il) {
+  auto block = [&](int il, int ratio, bool hashed) {
     hc_mixer(b, ModelBuilder::blk(il, "hc_attn"), n_mix);
     hc_mixer(b, ModelBuilder::blk(il, "hc_ffn"), n_mix);
-    attention(b, il);
+    attention(b, il, ratio);
     b.norm(ModelBuilder::blk(il, "ffn_norm.weight"), s.n_embd);
     b.router(il, /*with_bias=*/false);
-    if (il < n_hash)
+    if (hashed)
       b.hash_routing(il);
     else
       b.selection_bias(il);
     b.experts(il, /*with_biases=*/false);
     b.shared_expert(il);
+  };
+  if (s.n_nextn > 0) {
+    block(s.n_layer, 0, false);
+    b.nextn_head(s.n_layer);
+    return;
   }
+  for (int il = 0; il < s.n_layer; ++il) block(il, ratio_of(il), il < n_hash);
 }
 
 }  // namespace sluice::gen

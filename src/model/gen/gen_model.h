@@ -52,7 +52,8 @@ struct GenSpec {
   bool expert_weights_norm = false;
   float expert_weights_scale = 0.0f;  // 0: key not written
   bool qk_norm = false;     // glm4moe: per-head QK RMSNorm (GLM-4.5/4.6 355B, not Air)
-  int n_nextn = 0;          // glm4moe, deepseek2: MTP layers appended after n_layer
+  int n_nextn = 0;          // glm4moe, deepseek2: MTP layers appended after n_layer; deepseek4:
+                            // 1 writes the model's separate MTP GGUF instead
   int sliding_window = 0;   // gpt-oss: window of the even layers
   // YaRN context extension as the HF config sets it (factor 0: none). yarn_log_mul is the value
   // llama.cpp's deepseek2 converter writes: 0.1 · mscale_all_dim.
