@@ -21,12 +21,14 @@
 #include "gguf/gguf.h"
 #include "model/gen/gen_model.h"
 #include "model/model.h"
+#include "mtp_support.h"
 #include "quant/dequant.h"
 #include "sluice/serving.h"
 #include "sluice/sluice.h"
 
 namespace fs = std::filesystem;
 using namespace sluice;
+using namespace sluice::mtp_test;
 
 namespace {
 
@@ -83,53 +85,13 @@ class MtpModel : public ::testing::Test {
     zero_tensors(constant_path_, {"output_norm.weight", "blk.2.nextn.shared_head_norm.weight"});
   }
 
-  static void zero_tensors(const std::string& path, const std::vector<std::string>& names) {
-    std::vector<std::pair<uint64_t, uint64_t>> ranges;
-    {
-      auto f = gguf::File::open(path);
-      for (const std::string& n : names)
-        ranges.emplace_back(f->tensor(n).file_offset, f->tensor(n).nbytes);
-    }
-    std::fstream out(path, std::ios::in | std::ios::out | std::ios::binary);
-    for (const auto& [offset, n] : ranges) {
-      const std::vector<char> zeros(n, 0);
-      out.seekp(static_cast<std::streamoff>(offset));
-      out.write(zeros.data(), static_cast<std::streamsize>(n));
-    }
-    ASSERT_TRUE(out.good()) << path;
-  }
   static void TearDownTestSuite() { fs::remove_all(dir_); }
 
-  static std::vector<int32_t> prompt() {
-    std::vector<int32_t> p;
-    for (int i = 0; i < 40; ++i) p.push_back((i * 37 + 11) % 200);
-    return p;
-  }
+  static std::vector<int32_t> prompt() { return prompt40(); }
 
   static inline fs::path dir_;
   static inline std::string path_, plain_path_, v3_path_, constant_path_;
 };
-
-std::vector<float> tensor_f32(const gguf::File& f, const std::string& name) {
-  const gguf::TensorInfo& t = f.tensor(name);
-  std::vector<float> out(t.n_elements());
-  for (int64_t r = 0; r < t.n_rows(); ++r)
-    dequantize_row(t.type, t.data + r * t.row_bytes(), out.data() + r * t.ne[0], t.ne[0]);
-  return out;
-}
-
-std::vector<double> rms_norm(const float* x, const std::vector<float>& w, int64_t n, double eps) {
-  double ss = 0;
-  for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
-  const double s = 1.0 / std::sqrt(ss / n + eps);
-  std::vector<double> y(n);
-  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * s * w[i];
-  return y;
-}
-
-int32_t argmax(const float* row, int n) {
-  return static_cast<int32_t>(std::max_element(row, row + n) - row);
-}
 
 void check_forward(const std::string& path, const std::vector<int32_t>& p) {
   auto file = gguf::File::open(path);
@@ -156,7 +118,7 @@ void check_forward(const std::string& path, const std::vector<int32_t>& p) {
   std::vector<float> head_in(n * d);
   model->head_rows(pool, hidden.data(), n, head_in.data());
   for (int t : {0, n - 1}) {
-    const std::vector<double> h = rms_norm(hidden.data() + t * d, out_norm, d, hp.rms_eps);
+    const std::vector<double> h = rms_norm(hidden.data() + t * d, out_norm.data(), d, hp.rms_eps);
     for (int64_t i = 0; i < d; ++i) ASSERT_NEAR(head_in[t * d + i], h[i], 1e-5) << "row " << t;
     for (int v = 0; v < hp.n_vocab; v += 97) {
       double z = 0;
@@ -190,8 +152,8 @@ void check_forward(const std::string& path, const std::vector<int32_t>& p) {
   EXPECT_EQ(mkv->length(0), n - 1);
   for (int t : {0, n / 2, n - 2}) {
     // Embedding half first: eh_proj · [enorm(embed(token t+1)); hnorm(head input t)].
-    std::vector<double> cat = rms_norm(embd.data() + p[t + 1] * d, en, d, hp.rms_eps);
-    const std::vector<double> hh = rms_norm(head_in.data() + t * d, hn, d, hp.rms_eps);
+    std::vector<double> cat = rms_norm(embd.data() + p[t + 1] * d, en.data(), d, hp.rms_eps);
+    const std::vector<double> hh = rms_norm(head_in.data() + t * d, hn.data(), d, hp.rms_eps);
     cat.insert(cat.end(), hh.begin(), hh.end());
     for (int64_t o = 0; o < d; ++o) {
       double z = 0;
@@ -199,7 +161,7 @@ void check_forward(const std::string& path, const std::vector<int32_t>& p) {
       ASSERT_NEAR(proj[t * d + o], z, 1e-4) << "row " << t << " output " << o;
     }
     // The output: shared_head_norm of the block's; logits: the main head over it.
-    const std::vector<double> y = rms_norm(block_out.data() + t * d, sh, d, hp.rms_eps);
+    const std::vector<double> y = rms_norm(block_out.data() + t * d, sh.data(), d, hp.rms_eps);
     for (int64_t i = 0; i < d; ++i) ASSERT_NEAR(mout[t * d + i], y[i], 1e-5) << "row " << t;
     for (int v = 0; v < hp.n_vocab; v += 61) {
       double z = 0;
@@ -229,17 +191,6 @@ TEST_F(MtpModel, ForwardMatchesRecomputationFromTensors) {
 }
 TEST_F(MtpModel, DeepSeekV3ForwardMatchesRecomputationFromTensors) {
   check_forward(v3_path_, prompt());
-}
-
-GenerateOptions greedy(int n, DraftMode mode) {
-  GenerateOptions o;
-  o.max_tokens = n;
-  o.sampling.temperature = 0;
-  o.stop_at_eog = false;
-  o.draft.mode = mode;
-  o.draft.max = 4;
-  o.draft.adaptive = false;  // every step drafts: the test sees drafts verified
-  return o;
 }
 
 void expect_identical_with_mtp(const std::string& path, ExpertMode mode,

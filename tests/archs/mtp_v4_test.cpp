@@ -22,6 +22,7 @@
 #include "model/gen/gen_model.h"
 #include "model/model.h"
 #include "model/sizing.h"
+#include "mtp_support.h"
 #include "quant/dequant.h"
 #include "runtime/expert_setup.h"
 #include "sluice/serving.h"
@@ -29,6 +30,7 @@
 
 namespace fs = std::filesystem;
 using namespace sluice;
+using namespace sluice::mtp_test;
 
 namespace {
 
@@ -58,22 +60,6 @@ GenSpec v4_spec() {
   s.type_experts_mixed.reset();
   s.vocab_from = std::string(SLUICE_SOURCE_DIR) + "/tests/data/vocab/tiny-bpe.gguf";
   return s;
-}
-
-void zero_tensors(const std::string& path, const std::vector<std::string>& names) {
-  std::vector<std::pair<uint64_t, uint64_t>> ranges;
-  {
-    auto f = gguf::File::open(path);
-    for (const std::string& n : names)
-      ranges.emplace_back(f->tensor(n).file_offset, f->tensor(n).nbytes);
-  }
-  std::fstream out(path, std::ios::in | std::ios::out | std::ios::binary);
-  for (const auto& [offset, n] : ranges) {
-    const std::vector<char> zeros(n, 0);
-    out.seekp(static_cast<std::streamoff>(offset));
-    out.write(zeros.data(), static_cast<std::streamsize>(n));
-  }
-  ASSERT_TRUE(out.good()) << path;
 }
 
 class V4Mtp : public ::testing::Test {
@@ -106,11 +92,7 @@ class V4Mtp : public ::testing::Test {
   }
   static void TearDownTestSuite() { fs::remove_all(dir_); }
 
-  static std::vector<int32_t> prompt() {
-    std::vector<int32_t> p;
-    for (int i = 0; i < 40; ++i) p.push_back((i * 37 + 11) % 200);
-    return p;
-  }
+  static std::vector<int32_t> prompt() { return prompt40(); }
 
   static EngineOptions engine_options(const std::string& model, const std::string& mtp) {
     EngineOptions eo;
@@ -125,27 +107,6 @@ class V4Mtp : public ::testing::Test {
   static inline fs::path dir_;
   static inline std::string model_, mtp_, const_model_, const_mtp_, other_mtp_;
 };
-
-std::vector<float> tensor_f32(const gguf::File& f, const std::string& name) {
-  const gguf::TensorInfo& t = f.tensor(name);
-  std::vector<float> out(t.n_elements());
-  for (int64_t r = 0; r < t.n_rows(); ++r)
-    dequantize_row(t.type, t.data + r * t.row_bytes(), out.data() + r * t.ne[0], t.ne[0]);
-  return out;
-}
-
-std::vector<double> rms_norm(const float* x, const float* w, int64_t n, double eps) {
-  double ss = 0;
-  for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
-  const double s = 1.0 / std::sqrt(ss / n + eps);
-  std::vector<double> y(n);
-  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * s * (w ? w[i] : 1.0f);
-  return y;
-}
-
-int32_t argmax(const float* row, int n) {
-  return static_cast<int32_t>(std::max_element(row, row + n) - row);
-}
 
 TEST_F(V4Mtp, ForwardMatchesRecomputationFromTensors) {
   auto file = gguf::File::open(model_);
@@ -264,25 +225,10 @@ TEST_F(V4Mtp, ForwardMatchesRecomputationFromTensors) {
   }
 }
 
-GenerateOptions greedy(int n, DraftMode mode) {
-  GenerateOptions o;
-  o.max_tokens = n;
-  o.sampling.temperature = 0;
-  o.stop_at_eog = false;
-  o.draft.mode = mode;
-  o.draft.max = 4;
-  o.draft.adaptive = false;  // every step drafts: the test sees drafts verified
-  return o;
-}
-
 void expect_identical(const EngineOptions& eo, bool all_accepted) {
   constexpr int kGen = 40;
   auto engine = Engine::load(eo);
-  const std::vector<int32_t> p = [] {
-    std::vector<int32_t> v;
-    for (int i = 0; i < 40; ++i) v.push_back((i * 37 + 11) % 200);
-    return v;
-  }();
+  const std::vector<int32_t> p = prompt40();
   const GenerateResult plain =
       engine->new_session()->generate(p, greedy(kGen, DraftMode::kNone), {});
   auto session = engine->new_session();
