@@ -73,6 +73,8 @@ int cmd_serve(int argc, char** argv) {
     so.scheduler.kv_disk_max = parse_byte_size(kv_disk_max, "--kv-disk-max");
   }
   so.scheduler.draft = draft_options(df);
+  if (!df.mtp.empty() && pipeline_size() > 1)
+    throw CLI::ValidationError("--mtp", "a pipeline verifies no drafts, so it loads no MTP block");
   if (so.model_name.empty()) so.model_name = std::filesystem::path(mf.model).stem().string();
 
   block_serve_signals();

@@ -300,6 +300,7 @@ void moe_experts(ForwardContext& ctx, int il, const int32_t* ids, const float* w
   std::vector<std::vector<int32_t>> rows_of;  // parallel to experts: token·n_used + slot
   std::vector<int32_t> where(1, -1);
   for (int64_t i = 0; i < n_tok * n_used; ++i) {
+    if (ctx.ffn_rows && !ctx.ffn_rows[i / n_used]) continue;
     const int32_t e = ids[i];
     if (e >= static_cast<int32_t>(where.size())) where.resize(e + 1, -1);
     if (where[e] < 0) {
@@ -314,6 +315,10 @@ void moe_experts(ForwardContext& ctx, int il, const int32_t* ids, const float* w
   // the sum does not depend on the order the store hands experts out. Every slot is written.
   int64_t n_embd = 0;
   std::vector<float>& slot_out = ctx.moe_slots;
+  if (experts.empty() && ctx.ffn_rows) {  // no row's output is read: nothing to fetch
+    ctx.issue_lookahead();
+    return;
+  }
   ctx.experts.begin(il, experts);
   ctx.issue_lookahead();
   int index = 0;
@@ -340,6 +345,7 @@ void moe_experts(ForwardContext& ctx, int il, const int32_t* ids, const float* w
   if (n_embd == 0) fail("internal: layer {} routed no tokens to any expert", il);
   ctx.pool.parallel_for(n_tok, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
+      if (ctx.ffn_rows && !ctx.ffn_rows[t]) continue;
       float* o = out + t * n_embd;
       std::copy_n(slot_out.data() + t * n_used * n_embd, n_embd, o);
       for (int k = 1; k < n_used; ++k)

@@ -220,6 +220,7 @@ void Model::forward_mtp(ThreadPool& pool, const Batch& batch, const float* hidde
   matmul(pool, mtp_.eh_proj.mat(), cat.data(), n_tok * S, x.data());
 
   ForwardContext ctx{pool, batch, kv, experts, n_tok, hook};
+  ctx.ffn_rows = batch.want_logits.data();
   begin_mtp_forward(ctx);
   ctx.dump("mtp_eh_proj", il, x.data(), S * n_embd);
   layer(ctx, il, x.data());

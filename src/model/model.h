@@ -69,6 +69,11 @@ struct ForwardContext {
   // the pass: at a 512-token prefill it is 32 MiB, which allocated per layer came back as fresh
   // pages (page faults and zeroing each time) instead of reused ones.
   std::vector<float> moe_slots{};
+  // Rows whose routed-expert output is read (null: all). forward_mtp sets it to the rows that
+  // want logits: its block is a single layer, so the other rows only fill its KV cache, and
+  // skipping their experts spares a catch-up over many positions from reading (streaming) nearly
+  // every expert of the block. The skipped rows' FFN output is left as the buffer held it.
+  const uint8_t* ffn_rows = nullptr;
   void issue_lookahead() {
     if (lookahead.il < 0) return;
     experts.prefetch(lookahead.il, lookahead.ids, lookahead.hint);
@@ -146,7 +151,9 @@ class Model {
   // projected on its own (eh_proj of [enorm(embedding); hnorm(stream)]). `out_hidden` gets the
   // chaining rows in the same form as `hidden` (one stream: shared_head_norm of the block's
   // output, which vLLM's deepseek_mtp recycles; V4: the block's output streams), `logits` the
-  // draft logits of the rows with want_logits (predicting the token after batch.tokens[t]).
+  // draft logits of the rows with want_logits (predicting the token after batch.tokens[t]). Rows
+  // without want_logits only fill the block's cache (ForwardContext::ffn_rows): their
+  // out_hidden rows are not the block's output.
   void forward_mtp(ThreadPool& pool, const Batch& batch, const float* hidden, KvCache& kv,
                    ExpertStore& experts, std::vector<float>& out_hidden, std::vector<float>& logits,
                    const ActivationHook* hook = nullptr);

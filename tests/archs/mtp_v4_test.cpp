@@ -1,7 +1,8 @@
 // DeepSeek V4 MTP from the separate GGUF its converter writes (gen-model --nextn 1 on deepseek4,
 // loaded with --mtp FILE): the block's input projection per hyper-connection stream, its own head
 // mixer and the model's output head against a recomputation from the files' tensors; batched
-// rows against row-by-row and streamed against in RAM; the main model's logits unchanged by loading
+// rows against row-by-row and streamed against in RAM; a catch-up that runs only its last row's
+// experts; the main model's logits unchanged by loading
 // the block; greedy output with MTP drafts token-identical to plain decoding (experts in RAM, and
 // streamed from both files through one store); every draft accepted on files whose heads always
 // pick token 0, in a session and in the batch scheduler; the errors of a mismatched or misused MTP
@@ -208,6 +209,24 @@ TEST_F(V4Mtp, ForwardMatchesRecomputationFromTensors) {
     model->forward_mtp(pool, mb, rows.data(), *model->make_mtp_kv_cache(64), *streamed, so, sl);
     EXPECT_EQ(sl, mlogits);
     EXPECT_GT(streamed->stats().bytes_read, 0u);
+  }
+
+  // A catch-up that wants only its last row's draft: the other rows fill the cache without
+  // running their experts, and the last row's logits stay the same.
+  {
+    Batch last = mb;
+    std::fill(last.want_logits.begin(), last.want_logits.end(), 0);
+    last.want_logits.back() = 1;
+    auto counted = make_in_place_store(model->expert_layout(), "ram");
+    std::vector<float> lo, ll;
+    model->forward_mtp(pool, last, rows.data(), *model->make_mtp_kv_cache(64), *counted, lo, ll);
+    ASSERT_EQ(ll.size(), static_cast<size_t>(V));
+    float max_diff = 0;
+    for (int v = 0; v < V; ++v)
+      max_diff = std::max(max_diff, std::fabs(ll[v] - mlogits[(n - 2) * V + v]));
+    EXPECT_LT(max_diff, 1e-3f);
+    EXPECT_EQ(argmax(ll.data(), V), argmax(mlogits.data() + (n - 2) * V, V));
+    EXPECT_EQ(counted->stats().requests, static_cast<uint64_t>(hp.n_expert_used));
   }
 
   // Row by row through the block's own window cache gives the same drafts.
