@@ -72,7 +72,11 @@ ExpertPlan plan_experts(const gguf::File& file, const Model& model, const Engine
   if (model.mtp_loaded()) {
     add_mtp_block(mtp_file ? *mtp_file : file, model.hparams().n_layer, mtp_file != nullptr,
                   p.facts);
-    p.facts.kv_bytes_per_token += model.make_mtp_kv_cache(n_ctx, kv_config)->bytes_per_position();
+    const std::unique_ptr<KvCache> mtp_kv = model.make_mtp_kv_cache(n_ctx, kv_config);
+    // Each sequence's drafter also keeps one hidden row per position (runtime/mtp_draft.h).
+    p.facts.kv_bytes_per_token +=
+        mtp_kv->bytes_per_position() + static_cast<uint64_t>(model.hidden_width()) * sizeof(float);
+    p.facts.kv_fixed_bytes += mtp_kv->bytes_for(0);
   }
   PlanRequest req;
   req.budget = memory_budget(o.mem_limit > 0 ? MemInfo{} : read_meminfo(), o.mem_limit, "--mem-limit");

@@ -330,6 +330,24 @@ TEST_F(V4Mtp, MemoryPlanCountsTheBlockWithoutTheFilesHeadCopies) {
   EXPECT_GT(f.expert_bytes, 0u);
 }
 
+// The plan's per-position bytes with the block loaded: the main cache, the block's, and the
+// drafter's hidden row (4 streams of n_embd floats); its fixed bytes add the block's ring.
+TEST_F(V4Mtp, MemoryPlanCountsTheDraftersRowsAndRing) {
+  auto file = gguf::File::open(model_);
+  auto mfile = gguf::File::open(mtp_);
+  auto model = load_model(*file);
+  model->load_mtp(*mfile, static_cast<uint32_t>(file->n_parts()));
+  EngineOptions o = engine_options(model_, mtp_);
+  o.mem_limit = 1ull << 30;
+  auto kv = model->make_kv_cache(256);
+  const ExpertPlan plan = plan_experts(*file, *model, o, *kv, 256, mfile.get());
+  auto mkv = model->make_mtp_kv_cache(256);
+  EXPECT_EQ(plan.facts.kv_bytes_per_token,
+            kv->bytes_per_position() + mkv->bytes_per_position() + 4 * 128 * sizeof(float));
+  EXPECT_EQ(plan.facts.kv_fixed_bytes, kv->bytes_for(0) + mkv->bytes_for(0));
+  EXPECT_GT(mkv->bytes_for(0), 0u);
+}
+
 void expect_load_error(const EngineOptions& eo, const std::string& part) {
   try {
     Engine::load(eo);
