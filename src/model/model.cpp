@@ -148,8 +148,8 @@ void Model::load_mtp(const gguf::File& file, uint32_t part_base) {
   } else if (n_mtp_file_ <= 0) {
     fail(
         "the model file has no MTP layers ({}nextn_predict_layers is absent or 0): --draft mtp "
-        "needs them{}",
-        a, hp_.arch == "deepseek4" ? ", or the separate MTP GGUF given with --mtp FILE" : "");
+        "needs them, or a separate MTP GGUF given with --mtp FILE",
+        a);
   }
   if (layer_begin_ != 0 || layer_end() != hp_.n_layer)
     fail("the MTP block runs only with the whole model, not with layers {}:{}", layer_begin_,

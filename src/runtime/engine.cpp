@@ -47,7 +47,7 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& o) {
   if (!o.mtp_path.empty()) {
     if (o.draft != DraftMode::kMtp && o.draft != DraftMode::kAuto)
       fail("--mtp {}: the MTP block drafts with --draft mtp or auto, and drafting here is {}",
-           o.mtp_path, o.draft == DraftMode::kNgram ? "ngram" : "off");
+           o.mtp_path, draft_mode_name(o.draft));
     if (o.link) fail("--mtp {}: a pipeline verifies no drafts", o.mtp_path);
     impl->mtp_file = gguf::File::open(o.mtp_path);
     impl->model->load_mtp(*impl->mtp_file, static_cast<uint32_t>(impl->file->n_parts()));

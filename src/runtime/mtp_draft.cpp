@@ -29,8 +29,7 @@ void MtpDrafter::add_hidden(ThreadPool& pool, int pos, std::span<const float> ro
 
 void MtpDrafter::truncate(int len) {
   valid_ = std::min(valid_, len);
-  kv_->truncate(0, std::min(kv_len_, std::max(0, len - 1)));
-  kv_len_ = kv_->length(0);
+  kv_->truncate(0, std::max(0, len - 1));
 }
 
 std::vector<int32_t> MtpDrafter::draft(ThreadPool& pool, ExpertStore& experts,
@@ -43,16 +42,14 @@ std::vector<int32_t> MtpDrafter::draft(ThreadPool& pool, ExpertStore& experts,
   // Catch up: row t is position t's hidden state with token t + 1 (the pending token last);
   // only the last row's logits are needed, and they give the first draft. A cache already caught
   // up (drafting twice without evaluating) recomputes its last row.
-  kv_->truncate(0, std::min(kv_len_, n_eval - 1));
+  kv_->truncate(0, n_eval - 1);
   // A cache with rings (DeepSeek V4) may drop more than asked: continue from what it kept.
-  const int from = kv_->length(0);
-  for (int start = from; start < n_eval; start += kCatchUpRows) {
+  for (int start = kv_->length(0); start < n_eval; start += kCatchUpRows) {
     const int end = std::min(n_eval, start + kCatchUpRows);
     b.clear();
     for (int t = start; t < end; ++t) b.add(ctx[t + 1], t, 0, t == n_eval - 1);
     model_.forward_mtp(pool, b, hidden_.data() + static_cast<ptrdiff_t>(start) * width_, *kv_,
                        experts, out, logits);
-    kv_len_ = end;
   }
   drafts.push_back(argmax(logits));
   h.assign(out.end() - width_, out.end());
@@ -66,8 +63,7 @@ std::vector<int32_t> MtpDrafter::draft(ThreadPool& pool, ExpertStore& experts,
   }
   // The chain's rows are speculative: the next catch-up writes those positions from the main
   // model's hidden states.
-  kv_->truncate(0, kv_len_);
-  kv_len_ = kv_->length(0);
+  kv_->truncate(0, n_eval);
   return drafts;
 }
 

@@ -39,15 +39,12 @@ class MtpDrafter {
   std::vector<int32_t> draft(ThreadPool& pool, ExpertStore& experts, std::span<const int32_t> ctx,
                              int k);
 
-  int cached() const { return kv_len_; }  // MTP cache positions that hold the context's rows
-
  private:
   Model& model_;
   std::unique_ptr<KvCache> kv_;
   int64_t width_;              // floats per hidden row: Model::hidden_width()
   std::vector<float> hidden_;  // Model::mtp_hidden_rows of positions [0, valid_)
   int valid_ = 0;
-  int kv_len_ = 0;
 };
 
 }  // namespace sluice
