@@ -176,9 +176,7 @@ int cmd_bench(int argc, char** argv) {
   // tests given explicitly must fit it, or -c must make room (past the trained length: a warning).
   const bool defaults = app.count("--n-prompt") == 0 && app.count("--n-gen") == 0;
   EngineOptions eo = engine_options(mf);
-  eo.draft = setup.draft.max > 0 ? setup.draft.mode
-                                 : DraftMode::kNone;  // loads the MTP block for mtp/auto
-  eo.mtp_path = df.mtp;
+  set_engine_draft(eo, df, setup.draft);
   int longest = 2;
   for (int n : pps) longest = std::max(longest, n + 1);
   for (int n : tgs) longest = std::max(longest, n + 2);

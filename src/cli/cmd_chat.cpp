@@ -50,9 +50,7 @@ int cmd_chat(int argc, char** argv) {
   cfg.generate.draft = draft_options(df);
 
   EngineOptions eo = engine_options(mf);
-  eo.draft = cfg.generate.draft.max > 0 ? cfg.generate.draft.mode
-                                        : DraftMode::kNone;  // loads the MTP block for mtp/auto
-  eo.mtp_path = df.mtp;
+  set_engine_draft(eo, df, cfg.generate.draft);
   auto engine = Engine::load(eo);
   const ModelInfo& mi = engine->info();
   fmt::print(stderr, "model: {} ({}, {} layers, {} experts top-{}), loaded in {:.2f} s; {}\n", mf.model,

@@ -39,9 +39,7 @@ int cmd_run(int argc, char** argv) {
   go.draft = draft_options(df);
 
   EngineOptions eo = engine_options(mf);
-  eo.draft =
-      go.draft.max > 0 ? go.draft.mode : DraftMode::kNone;  // loads the MTP block for mtp/auto
-  eo.mtp_path = df.mtp;
+  set_engine_draft(eo, df, go.draft);
   apply_pipeline(mf, eo);
   pipeline_output_from(0);
   auto engine = Engine::load(eo);

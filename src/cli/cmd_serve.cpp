@@ -81,10 +81,8 @@ int cmd_serve(int argc, char** argv) {
 
   EngineOptions eo = engine_options(mf);
   eo.kv_slots = so.scheduler.n_parallel;  // the memory plan counts every slot's KV cache
-  // Loads the MTP block for mtp/auto; a pipeline verifies no drafts.
-  eo.draft = so.scheduler.draft.max > 0 && pipeline_size() == 1 ? so.scheduler.draft.mode
-                                                                : DraftMode::kNone;
-  eo.mtp_path = df.mtp;
+  // A pipeline verifies no drafts.
+  set_engine_draft(eo, df, so.scheduler.draft, pipeline_size() == 1);
   apply_pipeline(mf, eo);
   pipeline_output_from(0);
   auto engine = Engine::load(eo);

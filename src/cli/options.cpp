@@ -127,6 +127,11 @@ DraftOptions draft_options(const DraftFlags& d) {
   return o;
 }
 
+void set_engine_draft(EngineOptions& eo, const DraftFlags& d, const DraftOptions& o, bool drafts) {
+  eo.draft = drafts && o.max > 0 ? o.mode : DraftMode::kNone;
+  eo.mtp_path = d.mtp;
+}
+
 EngineOptions engine_options(const ModelFlags& f) {
   // Contradictory flags are argument errors (exit 2), not something to resolve silently.
   if (f.streaming && f.experts != "auto" && f.experts != "stream")

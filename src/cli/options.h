@@ -43,6 +43,10 @@ struct DraftFlags {
 };
 void add_draft_flags(CLI::App& app, DraftFlags& d);
 DraftOptions draft_options(const DraftFlags& d);
+// The engine's side of the draft flags: the MTP block to load for mtp/auto (none when drafting is
+// off, or when `drafts` is false) and the separate MTP file.
+void set_engine_draft(EngineOptions& eo, const DraftFlags& d, const DraftOptions& o,
+                      bool drafts = true);
 EngineOptions engine_options(const ModelFlags& f);
 // -f FILE validation that also accepts '-' (standard input), and the reader to match.
 CLI::Validator stdin_or_file();
