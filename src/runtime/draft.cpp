@@ -95,9 +95,11 @@ void DraftPolicy::record(int drafted, int accepted, double seconds) {
   Acceptance& a = by_match_[std::clamp(last_match_, 0, kNgramMax)];
   a.accepted = a.accepted * kCountDecay + accepted;
   a.stops = a.stops * kCountDecay + (accepted < drafted ? 1 : 0);
-  // Probes back off whatever they find: a probe that stood raises the estimate, and drafting
-  // resumes (and probing starts over) only once the estimate says it pays.
-  if (probing_) probe_every_ = std::min(kMaxPause, probe_every_ * 2);
+  // A probe that was rejected backs off; one that stood raised the estimate and probes again at
+  // the next candidate, so text that turned predictable (a greedy loop, a quoted passage) wins
+  // drafting back within a few tokens instead of after doubling pauses. Drafting resumes once
+  // the estimate says it pays.
+  if (probing_) probe_every_ = accepted == drafted ? 1 : std::min(kMaxPause, probe_every_ * 2);
 }
 
 }  // namespace sluice

@@ -81,6 +81,24 @@ TEST(DraftPolicy, DraftsOnlyWhenExpectedTokensBeatTheMeasuredCost) {
   EXPECT_THROW(check_draft_options({DraftMode::kNgram, 4, 5}), Error);
 }
 
+// Text that turns predictable (a greedy loop after a rejected stretch) wins drafting back at
+// once: a rejected probe doubles the pause, a probe that stood probes again at the next candidate.
+TEST(DraftPolicy, AProbeThatStoodProbesAgainAtTheNextCandidate) {
+  DraftPolicy d({DraftMode::kNgram, 6, 1});
+  d.record(0, 0, 0.010);
+  d.record(0, 0, 0.010);
+  EXPECT_EQ(d.choose(4, 6), 1);
+  d.record(1, 0, 0.020);         // a drafted row costs a whole pass, and nothing stood
+  EXPECT_EQ(d.choose(4, 6), 1);  // probe after one decline
+  d.record(1, 0, 0.020);         // rejected: the pause doubles
+  EXPECT_EQ(d.choose(4, 6), 0);
+  EXPECT_EQ(d.choose(4, 6), 1);  // probe after two declines
+  d.record(1, 1, 0.020);         // stood
+  EXPECT_EQ(d.choose(4, 6), 1);  // probed again at once, not after four declines
+  d.record(1, 0, 0.020);
+  EXPECT_EQ(d.choose(4, 6), 0);
+}
+
 // Chi-square statistic of observed counts against probabilities `p` (n draws).
 double chi_square(const std::map<int32_t, int>& seen, const std::vector<double>& p, int n) {
   double x2 = 0;
