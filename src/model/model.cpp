@@ -121,6 +121,20 @@ void Model::forward_stage(ThreadPool& pool, const Batch& batch, KvCache& kv, Exp
   if (n_out > 0) matmul(pool, output_.mat(), rows.data(), n_out, logits.data());
 }
 
+void Model::take_mtp_layers(const gguf::File& file) {
+  const std::string a = hp_.arch + ".";
+  const int64_t nextn = file.get_int_or(a + "nextn_predict_layers", 0);
+  if (nextn < 0 || nextn >= hp_.n_layer)
+    fail("metadata key '{}nextn_predict_layers' is {}, expected 0..{}", a, nextn, hp_.n_layer - 1);
+  if (nextn > 0 && !file.find_tensor(WeightLoader::layer_name(0, "attn_norm.weight")))
+    fail(
+        "this file holds only an MTP block ({}nextn_predict_layers {}, no layer 0): load the "
+        "model and give this file with --mtp",
+        a, nextn);
+  hp_.n_layer -= static_cast<int>(nextn);
+  n_mtp_file_ = static_cast<int>(nextn);
+}
+
 void Model::load_mtp_layer(const gguf::File&, const WeightLoader&, int il) {
   fail("architecture '{}' cannot run its MTP block (blk.{})", hp_.arch, il);
 }
@@ -145,6 +159,23 @@ void Model::load_mtp(const gguf::File& file, uint32_t part_base) {
     const int64_t d = file.get_int_or(a + "embedding_length", 0);
     if (d != hp_.n_embd)
       fail("the MTP file's {}embedding_length is {}, the model's {}", a, d, hp_.n_embd);
+    // The block sits past the model's per-layer hparams: its entries are the file's (its array
+    // entry il, or its scalar), else the model's last layer's.
+    auto extend = [&](std::vector<int>& v, const char* key) {
+      if (static_cast<int>(v.size()) > il) return;
+      int64_t x = v.empty() ? 0 : v.back();
+      if (const gguf::Value* val = file.find(a + key); val && val->type == gguf::ValueType::ARRAY) {
+        const std::vector<int64_t> arr = file.get_int_array(a + key);
+        if (static_cast<int>(arr.size()) > il) x = arr[il];
+      } else if (val) {
+        x = file.get_int(a + key);
+      }
+      v.resize(il + 1, static_cast<int>(x));
+    };
+    extend(hp_.n_head, "attention.head_count");
+    extend(hp_.n_head_kv, "attention.head_count_kv");
+    extend(hp_.n_ff, "feed_forward_length");
+    if (static_cast<int>(hp_.swa_layers.size()) <= il) hp_.swa_layers.resize(il + 1, false);
   } else if (n_mtp_file_ <= 0) {
     fail(
         "the model file has no MTP layers ({}nextn_predict_layers is absent or 0): --draft mtp "

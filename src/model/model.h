@@ -174,6 +174,10 @@ class Model {
   }
   // Shared by architectures: token embedding, final norm and output head (tied when absent).
   void load_embedding_and_head(const gguf::File& file);
+  // The nextn_predict_layers MTP blocks a file counts at the end of block_count (the GLM-4.5 /
+  // DeepSeek V3 layout) are not main layers: takes them off n_layer into n_mtp_file_. Fails on a
+  // file that holds only such a block (a separate MTP GGUF given as the model).
+  void take_mtp_layers(const gguf::File& file);
   // The architecture's decoder layer `il` of the MTP block, declared through `wl` (over `file`,
   // the model's or a separate MTP GGUF): loads it so that layer(ctx, il, x) runs it, and puts its
   // routed experts into expert_layout_.layers[il]. Architectures without MTP fail naming it.
@@ -202,7 +206,7 @@ class Model {
   bool prefetch_ = false;
   int layer_begin_ = 0;
   int layer_end_ = -1;  // −1: n_layer
-  int n_mtp_file_ = 0;  // architectures set it from nextn_predict_layers
+  int n_mtp_file_ = 0;  // take_mtp_layers sets it from nextn_predict_layers
 
  private:
   // Checks a batch's tokens and positions and reserves each sequence's KV up to its highest

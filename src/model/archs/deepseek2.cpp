@@ -37,12 +37,7 @@ class DeepSeek2 final : public Model {
       if (hp_.n_head[il] != n_head) fail("{}: head count varies across layers ({} vs {})", hp_.arch, hp_.n_head[il], n_head);
     // DeepSeek V3's MTP block, when a converter keeps it, is counted in block_count after the
     // main layers (the GLM-4.5 layout); it is loaded only for MTP drafting (Model::load_mtp).
-    const int64_t nextn = f.get_int_or(a + "nextn_predict_layers", 0);
-    if (nextn < 0 || nextn >= hp_.n_layer)
-      fail("metadata key '{}nextn_predict_layers' is {}, expected 0..{}", a, nextn,
-           hp_.n_layer - 1);
-    hp_.n_layer -= static_cast<int>(nextn);
-    n_mtp_file_ = static_cast<int>(nextn);
+    take_mtp_layers(f);
     q_lora_ = f.get_int_or(a + "attention.q_lora_rank", 0);
     mc_.n_head = static_cast<int>(n_head);
     mc_.kv_lora = static_cast<int>(f.get_int(a + "attention.kv_lora_rank"));

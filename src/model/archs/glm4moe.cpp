@@ -29,11 +29,7 @@ class Glm4Moe final : public Model {
     if (hp_.n_expert == 0) fail("glm4moe model without {}expert_count", a);
     if (hp_.n_expert_shared < 1) fail("glm4moe model without a shared expert ({}expert_shared_count)", a);
     if (!f.has(a + "expert_gating_func")) hp_.gating = GatingFunc::kSigmoid;  // what GLM-4.5 trains with
-    const int64_t nextn = f.get_int_or(a + "nextn_predict_layers", 0);
-    if (nextn < 0 || nextn >= hp_.n_layer)
-      fail("metadata key '{}nextn_predict_layers' is {}, expected 0..{}", a, nextn, hp_.n_layer - 1);
-    hp_.n_layer -= static_cast<int>(nextn);
-    n_mtp_file_ = static_cast<int>(nextn);
+    take_mtp_layers(f);
     if (hp_.head_dim_v != hp_.head_dim_k)
       fail("{}: key and value head sizes differ ({} vs {})", hp_.arch, hp_.head_dim_k,
            hp_.head_dim_v);
