@@ -95,11 +95,15 @@ void DraftPolicy::record(int drafted, int accepted, double seconds) {
   Acceptance& a = by_match_[std::clamp(last_match_, 0, kNgramMax)];
   a.accepted = a.accepted * kCountDecay + accepted;
   a.stops = a.stops * kCountDecay + (accepted < drafted ? 1 : 0);
-  // A probe that was rejected backs off; one that stood raised the estimate and probes again at
-  // the next candidate, so text that turned predictable (a greedy loop, a quoted passage) wins
-  // drafting back within a few tokens instead of after doubling pauses. Drafting resumes once
-  // the estimate says it pays.
-  if (probing_) probe_every_ = accepted == drafted ? 1 : std::min(kMaxPause, probe_every_ * 2);
+  // A probe that stood raised the estimate: when drafts that all stand would pay at the measured
+  // cost, the next candidate is probed again, so text that turned predictable (a greedy loop, a
+  // quoted passage) wins drafting back within a few tokens. A rejected probe, or one whose drafts
+  // cannot pay even when they stand (a drafter costing as much as the pass it saves), backs off.
+  // Drafting resumes once the estimate says it pays.
+  if (probing_) {
+    const bool could_pay = (max_ + 1) / cost(max_) > kMinGain;
+    probe_every_ = accepted == drafted && could_pay ? 1 : std::min(kMaxPause, probe_every_ * 2);
+  }
 }
 
 }  // namespace sluice

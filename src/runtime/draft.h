@@ -44,8 +44,8 @@ NgramDraft ngram_draft(std::span<const int32_t> ctx, int n_max);
 // matches pay; with streamed experts the rows share the expert reads and drafting pays sooner.
 // The first verify pass drafts `min` tokens to measure the cost. Declined candidates are probed
 // with a min-length draft after 1, 2, 4 … kMaxPause declines (the interval doubles after each
-// rejected probe, and starts over after a probe that stood or once drafting pays again), so
-// that estimates follow the text.
+// rejected probe, and starts over once drafting pays again or after a probe that stood while
+// drafts that stand would pay), so that estimates follow the text.
 class DraftPolicy {
  public:
   static constexpr int kMaxPause = 64;

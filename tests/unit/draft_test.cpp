@@ -82,21 +82,32 @@ TEST(DraftPolicy, DraftsOnlyWhenExpectedTokensBeatTheMeasuredCost) {
 }
 
 // Text that turns predictable (a greedy loop after a rejected stretch) wins drafting back at
-// once: a rejected probe doubles the pause, a probe that stood probes again at the next candidate.
+// once: a rejected probe doubles the pause, a probe that stood probes again at the next candidate
+// when drafts that stand would pay; when even they would not, probes back off all the same.
 TEST(DraftPolicy, AProbeThatStoodProbesAgainAtTheNextCandidate) {
   DraftPolicy d({DraftMode::kNgram, 6, 1});
   d.record(0, 0, 0.010);
   d.record(0, 0, 0.010);
   EXPECT_EQ(d.choose(4, 6), 1);
-  d.record(1, 0, 0.020);         // a drafted row costs a whole pass, and nothing stood
+  d.record(1, 0, 0.015);         // a drafted row costs half a pass, and nothing stood
   EXPECT_EQ(d.choose(4, 6), 1);  // probe after one decline
-  d.record(1, 0, 0.020);         // rejected: the pause doubles
+  d.record(1, 0, 0.015);         // rejected: the pause doubles
   EXPECT_EQ(d.choose(4, 6), 0);
   EXPECT_EQ(d.choose(4, 6), 1);  // probe after two declines
-  d.record(1, 1, 0.020);         // stood
+  d.record(1, 1, 0.015);         // stood
   EXPECT_EQ(d.choose(4, 6), 1);  // probed again at once, not after four declines
-  d.record(1, 0, 0.020);
+  d.record(1, 0, 0.015);
   EXPECT_EQ(d.choose(4, 6), 0);
+  // A drafted row costing a whole pass: 7 tokens for the cost of 7 passes never pays.
+  DraftPolicy e({DraftMode::kNgram, 6, 1});
+  e.record(0, 0, 0.010);
+  e.record(0, 0, 0.010);
+  EXPECT_EQ(e.choose(4, 6), 1);
+  e.record(1, 0, 0.020);
+  EXPECT_EQ(e.choose(4, 6), 1);
+  e.record(1, 1, 0.020);  // stood, but could not have paid: the pause doubles
+  EXPECT_EQ(e.choose(4, 6), 0);
+  EXPECT_EQ(e.choose(4, 6), 1);
 }
 
 // Chi-square statistic of observed counts against probabilities `p` (n draws).
