@@ -367,6 +367,18 @@ RouterConfig router_config(const HParams& hp) {
   return rc;
 }
 
+AttentionWeights load_attention(const WeightLoader& wl, int il, int64_t n_embd, int64_t q_dim,
+                                int64_t k_dim, int64_t v_dim, int64_t o_dim) {
+  auto n = [&](const char* what) { return WeightLoader::layer_name(il, what); };
+  AttentionWeights a;
+  a.norm = wl.require_f32(n("attn_norm.weight"), {n_embd});
+  a.wq = wl.require(n("attn_q.weight"), {n_embd, q_dim});
+  a.wk = wl.require(n("attn_k.weight"), {n_embd, k_dim});
+  a.wv = wl.require(n("attn_v.weight"), {n_embd, v_dim});
+  a.wo = wl.require(n("attn_output.weight"), {o_dim, n_embd});
+  return a;
+}
+
 FfnWeights load_swiglu(const WeightLoader& wl, int il, const std::string& suffix, int64_t n_embd, int64_t n_ff) {
   auto n = [&](const char* role) { return WeightLoader::layer_name(il, (std::string(role) + suffix + ".weight").c_str()); };
   return {wl.require(n("ffn_gate"), {n_embd, n_ff}), wl.require(n("ffn_up"), {n_embd, n_ff}),

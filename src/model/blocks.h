@@ -91,6 +91,11 @@ struct FfnLayerWeights {
 
 // Routing settings as the GGUF keys give them; architectures override what they hard-code.
 RouterConfig router_config(const HParams& hp);
+// blk.N.attn_norm (n_embd) and the four projections attn_{q,k,v,output}: (n_embd, q_dim),
+// (n_embd, k_dim), (n_embd, v_dim), (o_dim, n_embd); biases, QK norms and sinks are the
+// architecture's to add.
+AttentionWeights load_attention(const WeightLoader& wl, int il, int64_t n_embd, int64_t q_dim,
+                                int64_t k_dim, int64_t v_dim, int64_t o_dim);
 // blk.N.ffn_{gate,up,down}<suffix>.weight with dims (n_embd, n_ff) and (n_ff, n_embd).
 FfnWeights load_swiglu(const WeightLoader& wl, int il, const std::string& suffix, int64_t n_embd, int64_t n_ff);
 // blk.N.ffn_{gate,up,down}_exps.weight: (n_embd, n_ff, n_expert) ×2 and (n_ff, n_embd, n_expert).

@@ -85,11 +85,7 @@ class Glm4Moe final : public Model {
                                 : n_ff_exp * hp_.n_expert_shared;
     auto n = [&](const char* what) { return WeightLoader::layer_name(il, what); };
     const int64_t q_dim = hp_.n_head[il] * hd, kv_dim = hp_.n_head_kv[il] * hd;
-    L.attn.norm = wl.require_f32(n("attn_norm.weight"), {n_embd});
-    L.attn.wq = wl.require(n("attn_q.weight"), {n_embd, q_dim});
-    L.attn.wk = wl.require(n("attn_k.weight"), {n_embd, kv_dim});
-    L.attn.wv = wl.require(n("attn_v.weight"), {n_embd, kv_dim});
-    L.attn.wo = wl.require(n("attn_output.weight"), {q_dim, n_embd});
+    L.attn = load_attention(wl, il, n_embd, q_dim, kv_dim, kv_dim, q_dim);
     L.attn.bq = wl.optional_f32(n("attn_q.bias"), {q_dim});
     L.attn.bk = wl.optional_f32(n("attn_k.bias"), {kv_dim});
     L.attn.bv = wl.optional_f32(n("attn_v.bias"), {kv_dim});

@@ -39,11 +39,7 @@ class GptOss final : public Model {
       auto n = [&](const char* what) { return WeightLoader::layer_name(il, what); };
       Layer& L = layers_[il];
       const int64_t q_dim = hp_.n_head[il] * hd, kv_dim = hp_.n_head_kv[il] * hd;
-      L.attn.norm = wl.require_f32(n("attn_norm.weight"), {n_embd});
-      L.attn.wq = wl.require(n("attn_q.weight"), {n_embd, q_dim});
-      L.attn.wk = wl.require(n("attn_k.weight"), {n_embd, kv_dim});
-      L.attn.wv = wl.require(n("attn_v.weight"), {n_embd, kv_dim});
-      L.attn.wo = wl.require(n("attn_output.weight"), {q_dim, n_embd});
+      L.attn = load_attention(wl, il, n_embd, q_dim, kv_dim, kv_dim, q_dim);
       L.attn.bq = wl.require_f32(n("attn_q.bias"), {q_dim});
       L.attn.bk = wl.require_f32(n("attn_k.bias"), {kv_dim});
       L.attn.bv = wl.require_f32(n("attn_v.bias"), {kv_dim});

@@ -32,11 +32,7 @@ class Llama final : public Model {
       Layer& L = layers_[il];
       const int64_t q_dim = hp_.n_head[il] * hd, k_dim = hp_.n_head_kv[il] * hd;
       const int64_t v_dim = hp_.n_head_kv[il] * hp_.head_dim_v, o_dim = hp_.n_head[il] * hp_.head_dim_v;
-      L.attn.norm = wl.require_f32(n("attn_norm.weight"), {n_embd});
-      L.attn.wq = wl.require(n("attn_q.weight"), {n_embd, q_dim});
-      L.attn.wk = wl.require(n("attn_k.weight"), {n_embd, k_dim});
-      L.attn.wv = wl.require(n("attn_v.weight"), {n_embd, v_dim});
-      L.attn.wo = wl.require(n("attn_output.weight"), {o_dim, n_embd});
+      L.attn = load_attention(wl, il, n_embd, q_dim, k_dim, v_dim, o_dim);
       L.attn.bq = wl.optional_f32(n("attn_q.bias"), {q_dim});
       L.attn.bk = wl.optional_f32(n("attn_k.bias"), {k_dim});
       L.attn.bv = wl.optional_f32(n("attn_v.bias"), {v_dim});

@@ -75,11 +75,7 @@ class Qwen3 final : public Model {
     const int64_t n_embd = hp_.n_embd;
     const int64_t hd = hp_.head_dim_k;
     const int64_t q_dim = hp_.n_head[il] * hd, kv_dim = hp_.n_head_kv[il] * hd;
-    L.attn.norm = wl.require_f32(n("attn_norm.weight"), {n_embd});
-    L.attn.wq = wl.require(n("attn_q.weight"), {n_embd, q_dim});
-    L.attn.wk = wl.require(n("attn_k.weight"), {n_embd, kv_dim});
-    L.attn.wv = wl.require(n("attn_v.weight"), {n_embd, kv_dim});
-    L.attn.wo = wl.require(n("attn_output.weight"), {q_dim, n_embd});
+    L.attn = load_attention(wl, il, n_embd, q_dim, kv_dim, kv_dim, q_dim);
     L.attn.q_norm = wl.require_f32(n("attn_q_norm.weight"), {hd});
     L.attn.k_norm = wl.require_f32(n("attn_k_norm.weight"), {hd});
     L.ffn.norm = wl.require_f32(n("ffn_norm.weight"), {n_embd});
