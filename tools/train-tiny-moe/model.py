@@ -157,15 +157,49 @@ class TinyMoE(nn.Module):
                 # GPT-2 style: residual-branch outputs shrink with depth so the stream stays O(1).
                 nn.init.normal_(p, std=0.02 / math.sqrt(2 * c.n_layer))
 
-    def forward(self, ids):
-        """ids [B, T] -> logits [B, T, V], mean aux loss, [n_layer, n_expert] routing fractions."""
+    def hidden(self, ids):
+        """ids [B, T] -> the output head's input rms_norm(x) * output_norm [B, T, d] (what an MTP
+        block is handed), mean aux loss, [n_layer, n_expert] routing fractions."""
         t = ids.shape[1]
-        mask = torch.full((t, t), float("-inf")).triu(1)
+        mask = causal_mask(t)
         x = self.embd[ids]
         auxes, fracs = [], []
         for blk in self.blocks:
             x, aux, frac = blk(x, mask)
             auxes.append(aux)
             fracs.append(frac)
-        x = rms_norm(x, self.output_norm, self.c.rms_eps)
-        return x @ self.embd.t(), torch.stack(auxes).mean(), torch.stack(fracs)
+        return rms_norm(x, self.output_norm, self.c.rms_eps), torch.stack(auxes).mean(), torch.stack(fracs)
+
+    def forward(self, ids):
+        """ids [B, T] -> logits [B, T, V], mean aux loss, [n_layer, n_expert] routing fractions."""
+        h, aux, fracs = self.hidden(ids)
+        return h @ self.embd.t(), aux, fracs
+
+
+def causal_mask(t):
+    return torch.full((t, t), float("-inf")).triu(1)
+
+
+class MtpBlock(nn.Module):
+    """A DeepSeek-V3-style multi-token-prediction block on the frozen model, as sluice runs it
+    (Model::forward_mtp): row t sees the model's head input h_t and the embedding of token t+1,
+        x = eh_proj([rms_norm(embd[t+1]) * enorm ; rms_norm(h_t) * hnorm])
+        x = Block(x)                          (a qwen3moe layer with its own attention over rows)
+        logits_t = (rms_norm(x) * shared_head_norm) embd^T    -> predicts token t+2
+    The embedding and the tied head are the model's, so they are passed in, not owned."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.c = c
+        self.enorm = nn.Parameter(torch.ones(c.d_model))
+        self.hnorm = nn.Parameter(torch.ones(c.d_model))
+        self.eh_proj = nn.Linear(2 * c.d_model, c.d_model, bias=False)  # weight [d, 2d]
+        self.block = Block(c)
+        self.shared_head_norm = nn.Parameter(torch.ones(c.d_model))
+
+    def forward(self, h, next_ids, embd):
+        """h [B, T, d], next_ids [B, T] -> logits [B, T, V] (row t predicts token t+2), aux loss."""
+        eps = self.c.rms_eps
+        cat = torch.cat([rms_norm(embd[next_ids], self.enorm, eps), rms_norm(h, self.hnorm, eps)], -1)
+        x, aux, _ = self.block(self.eh_proj(cat), causal_mask(h.shape[1]))
+        return rms_norm(x, self.shared_head_norm, eps) @ embd.t(), aux
