@@ -62,13 +62,13 @@ struct Mat {
   bool converts = false;  // converts its activations itself (else reads x or the previous one's)
   int64_t n_tokens = 0;
   int64_t row_parts = 0, token_parts = 0, first_part = 0;
+  int64_t dot_rows = kMaxDotRows;  // tokens per vec_dot_multi call (1 for ExactRows, unless exact)
 };
 
 struct Job {
   Mat* mats = nullptr;
   int n_mats = 0;
   int64_t n_parts = 0;
-  int64_t dot_rows = kMaxDotRows;  // tokens per vec_dot_multi call (1 for ExactRows)
   // Parts are claimed from a shared counter rather than assigned one per thread: a thread that
   // the OS deschedules (an oversubscribed machine, a server's other threads) delays only the
   // part it holds, and the others take the rest. Rows are independent, so results do not depend
@@ -84,7 +84,7 @@ struct Job {
   }
 };
 
-void run_range(const Job& job, const Mat& mat, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+void run_range(const Mat& mat, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
   const MatView& w = *mat.w;
   float* const y = mat.y;
   const DotKernels& k = mat.k;
@@ -107,10 +107,11 @@ void run_range(const Job& job, const Mat& mat, int64_t r0, int64_t r1, int64_t t
       const std::byte* wrow = w.data + static_cast<uint64_t>(r) * w.row_stride;
       float* yr = y + r;
       // A lone token takes the single-row kernel, which for some types (Q6_K) is a faster set's;
-      // so do ExactRows calls (dot_rows 1), whose rows must equal such lone-token calls.
-      if (k.vec_dot_multi && (!k.vec_dot || (job.dot_rows > 1 && te - tt > 1))) {
-        for (int64_t t = tt; t < te; t += job.dot_rows) {
-          const int n_x = static_cast<int>(std::min<int64_t>(job.dot_rows, te - t));
+      // so do ExactRows calls (dot_rows 1), whose rows must equal such lone-token calls, unless
+      // the multi-row kernel gives each row the single-row result (multi_rows_exact).
+      if (k.vec_dot_multi && (!k.vec_dot || (mat.dot_rows > 1 && te - tt > 1))) {
+        for (int64_t t = tt; t < te; t += mat.dot_rows) {
+          const int n_x = static_cast<int>(std::min<int64_t>(mat.dot_rows, te - t));
           float out[kMaxDotRows];
           k.vec_dot_multi(w.n_in, wrow, mat.xq + static_cast<uint64_t>(t) * mat.xq_stride,
                           mat.xq_stride, n_x, out);
@@ -140,7 +141,7 @@ void run_parts(Job& job) {
       const int64_t rp = (part - mat.first_part) % rps;
       const int64_t tp = (part - mat.first_part) / rps;
       const int64_t n_out = mat.w->n_out;
-      run_range(job, mat, n_out * rp / rps, n_out * (rp + 1) / rps, mat.n_tokens * tp / tps,
+      run_range(mat, n_out * rp / rps, n_out * (rp + 1) / rps, mat.n_tokens * tp / tps,
                 mat.n_tokens * (tp + 1) / tps);
     }
   } catch (...) {
@@ -204,12 +205,12 @@ void run_mats(ThreadPool& pool, Mat* mats, int n_mats) {
     Mat& mat = mats[m];
     check_shape(*mat.w, mat.n_tokens);
     if (exact && mat.k.vec_dot) mat.k.gemm = nullptr;
+    if (exact && !mat.k.multi_rows_exact) mat.dot_rows = 1;
     cut(mat, mat.w->n_out >= pool.size() ? cut_threads : pool.size());
     mat.first_part = job.n_parts;
     job.n_parts += mat.row_parts * mat.token_parts;
     scratch += converted_bytes(mat);
   }
-  if (exact) job.dot_rows = 1;
   if (job.n_parts == 0) return;
 
   // Conversion: each matrix's rows into its slice of the calling thread's scratch.

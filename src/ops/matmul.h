@@ -22,8 +22,9 @@ namespace sluice {
 void matmul(ThreadPool& pool, const MatView& w, const float* x, int64_t n_tokens, float* y);
 
 // While an ExactRows scope is alive on the calling thread, matmul computes every token row the
-// way a one-token call does (one row per dot kernel call, no GEMM, no multi-row kernel), so the
-// rows of a batch equal one-token evaluations bit for bit. Speculative decoding verifies drafts
+// way a one-token call does (no GEMM; one row per dot kernel call, or a multi-row kernel that
+// gives each row the single-row kernel's result), so the rows of a batch equal one-token
+// evaluations bit for bit. Speculative decoding verifies drafts
 // in such batches, which keeps its output identical to decoding one token at a time; the weights
 // are still read once per tile of tokens. Types that only have a GEMM keep it.
 class ExactRows {

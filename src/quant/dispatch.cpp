@@ -223,6 +223,8 @@ DotKernels avx2_kernels(GgmlType weight) {
     default:
       break;
   }
+  // Each AVX2 multi-row kernel and its single-row twin are one template at NX rows and at 1.
+  k.multi_rows_exact = k.vec_dot_multi != nullptr;
   return k;
 }
 
@@ -253,6 +255,9 @@ DotKernels avx512_kernels(GgmlType weight) {
     k.vec_dot = avx512::vec_dot_q2_K;
     k.vec_dot_multi = avx512::vec_dot_q2_K_multi;
   }
+  // Q8_0, IQ2_XXS and Q2_K pair templates as the AVX2 set does, and the float multi-row dots sum
+  // in the AVX2 single-row order; Q6_K's single-row kernel left its AVX2 multi-row twin.
+  k.multi_rows_exact = k.vec_dot_multi && weight != GgmlType::Q6_K;
   if (k.gemm && !k.vec_dot && gemm_format(weight)->act_type == GgmlType::Q8_K) {
     k.vec_dot_type = GgmlType::Q8_K;
     k.quantize = avx2::quantize_row_q8_K;

@@ -40,6 +40,9 @@ struct DotKernels {
   VecDotFn f32_dot;
   // Several activation rows per weight row; null where vec_dot per row is as fast.
   VecDotMultiFn vec_dot_multi = nullptr;
+  // vec_dot_multi gives every row exactly vec_dot's result (the same operations in the same
+  // order, one template at NX rows), so ExactRows batches may use it.
+  bool multi_rows_exact = false;
   // Tiles of weight rows x any number of activation rows; null where the set has none.
   GemmFn gemm = nullptr;
   // Tokens per matmul part from which the GEMM is used. Unpacking a tile of weight rows costs

@@ -402,6 +402,52 @@ TEST(VecDotMulti, Avx512FloatRowsEqualAvx2SingleRows) {
   }
 }
 
+// Kernels flagged multi_rows_exact give every row of a multi-row call exactly what the set's
+// single-row kernel gives that row alone: speculative decoding verifies drafts with them under
+// ExactRows, and its greedy output must equal one-token decoding. Every AVX2 multi-row kernel is
+// flagged, and every AVX-512 one but Q6_K's (whose single-row kernel is a different one).
+TEST(VecDotMulti, RowsExactKernelsEqualTheSingleRowKernelBitForBit) {
+  std::mt19937 rng(71);
+  int checked = 0;
+  for (Isa isa : isas()) {
+    for (GgmlType t : kDotTypes) {
+      const DotKernels k = dot_kernels(t, isa);
+      if (isa != Isa::Scalar && k.vec_dot_multi) {
+        EXPECT_EQ(k.multi_rows_exact, !(isa == Isa::Avx512 && t == GgmlType::Q6_K))
+            << type_name(t) << " " << isa_name(isa);
+      }
+      if (!k.multi_rows_exact) continue;
+      ASSERT_NE(k.vec_dot, nullptr) << type_name(t);
+      ++checked;
+      const int64_t blk = type_traits(t).block_elems;
+      for (int64_t n : {blk, 5 * blk, 2048 / blk * blk + blk}) {
+        const uint64_t stride = row_bytes(k.vec_dot_type, static_cast<uint64_t>(n)) + 32;
+        const auto w = random_row(t, n, rng);
+        std::vector<uint8_t> xq(stride * kMaxDotRows);
+        for (int r = 0; r < kMaxDotRows; ++r) {
+          const auto x = random_activations(n, rng);
+          if (k.quantize) {
+            k.quantize(x.data(), xq.data() + r * stride, n);
+          } else {
+            std::memcpy(xq.data() + r * stride, x.data(), n * sizeof(float));
+          }
+        }
+        for (int n_x = 2; n_x <= kMaxDotRows; ++n_x) {
+          float out[kMaxDotRows];
+          k.vec_dot_multi(n, w.data(), xq.data(), stride, n_x, out);
+          for (int r = 0; r < n_x; ++r) {
+            const float alone = k.vec_dot(n, w.data(), xq.data() + r * stride);
+            EXPECT_EQ(std::memcmp(&out[r], &alone, sizeof(float)), 0)
+                << type_name(t) << " " << isa_name(isa) << " n " << n << " n_x " << n_x << " row "
+                << r << ": " << out[r] << " vs " << alone;
+          }
+        }
+      }
+    }
+  }
+  if (checked == 0) GTEST_SKIP() << "no multi-row kernel on this CPU";
+}
+
 const GgmlType kGemmTypes[] = {
     GgmlType::Q4_K,    GgmlType::Q5_K,   GgmlType::Q6_K,  GgmlType::Q2_K,  GgmlType::Q3_K,
     GgmlType::IQ4_XS,  GgmlType::Q8_0,   GgmlType::MXFP4, GgmlType::IQ2_XXS, GgmlType::IQ2_XS,
