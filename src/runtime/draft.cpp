@@ -40,14 +40,28 @@ NgramDraft ngram_draft(std::span<const int32_t> ctx, int n_max) {
 }
 
 DraftPolicy::DraftPolicy(const DraftOptions& o)
-    : min_(std::max(1, o.min)), max_(o.max), adaptive_(o.adaptive) {}
+    : min_(std::max(1, o.min)), max_(o.max), adaptive_(o.adaptive), probe_k_(min_) {}
 
 double DraftPolicy::acceptance(int match) const {
   const Acceptance& a = by_match_[std::clamp(match, 0, kNgramMax)];
   return a.accepted / (a.accepted + a.stops);
 }
 
-double DraftPolicy::cost(int k) const { return t0_ > 0 ? 1.0 + k * extra_ / t0_ : 1.0; }
+double DraftPolicy::cost(int k) const {
+  k = std::clamp(k, 0, kMaxDraft);
+  if (k == 0 || t0_ <= 0 || !step_known_) return 1.0;
+  // At least a one-row pass: a step faster than the average one-row pass is noise.
+  if (n_step_[k] > 0) return std::max(1.0, step_[k] / t0_);
+  // The nearest measured k (the lower one on a tie), its drafted rows' cost scaled to k rows.
+  int near = 0;
+  for (int d = 1; near == 0; ++d) {
+    if (k - d >= 1 && n_step_[k - d] > 0)
+      near = k - d;
+    else if (k + d <= kMaxDraft && n_step_[k + d] > 0)
+      near = k + d;
+  }
+  return 1.0 + std::max(0.0, step_[near] / t0_ - 1.0) * k / near;
+}
 
 int DraftPolicy::choose(int match, int available) {
   const int k_max = std::min(available, max_);
@@ -56,9 +70,9 @@ int DraftPolicy::choose(int match, int available) {
   if (n_t0_ < kWarmupPasses) return 0;
   last_match_ = match;
   probing_ = false;
-  // Until a verify pass has been timed, draft the fewest: that pass measures what a drafted row
-  // costs (the first multi-row pass also runs cold), at the least risk.
-  if (!extra_known_) return min_;
+  // Until a step with drafts has been timed, draft the fewest: it measures what drafting costs,
+  // at the least risk.
+  if (!step_known_) return min_;
   const double a = acceptance(match);
   int best_k = 0;
   double best = kMinGain;
@@ -77,7 +91,7 @@ int DraftPolicy::choose(int match, int available) {
   if (++declined_ < probe_every_) return 0;
   declined_ = 0;
   probing_ = true;
-  return min_;
+  return std::min(probe_k_, k_max);
 }
 
 void DraftPolicy::record(int drafted, int accepted, double seconds) {
@@ -85,24 +99,28 @@ void DraftPolicy::record(int drafted, int accepted, double seconds) {
     if (drafted == 0) {
       t0_ = n_t0_ == 0 ? seconds : t0_ + kTimeWeight * (seconds - t0_);
       ++n_t0_;
-    } else if (n_t0_ > 0) {
-      const double extra = std::max(0.0, (seconds - t0_) / drafted);
-      extra_ = extra_known_ ? extra_ + kTimeWeight * (extra - extra_) : extra;
-      extra_known_ = true;
+    } else if (n_t0_ > 0 && drafted <= kMaxDraft) {
+      // The first sample at k may be cold; the second replaces it, later ones average in.
+      double& step = step_[drafted];
+      step = n_step_[drafted] <= 1 ? seconds : step + kTimeWeight * (seconds - step);
+      ++n_step_[drafted];
+      step_known_ = true;
     }
   }
   if (drafted <= 0) return;
   Acceptance& a = by_match_[std::clamp(last_match_, 0, kNgramMax)];
   a.accepted = a.accepted * kCountDecay + accepted;
   a.stops = a.stops * kCountDecay + (accepted < drafted ? 1 : 0);
-  // A probe that stood raised the estimate: when drafts that all stand would pay at the measured
-  // cost, the next candidate is probed again, so text that turned predictable (a greedy loop, a
-  // quoted passage) wins drafting back within a few tokens. A rejected probe, or one whose drafts
-  // cannot pay even when they stand (a drafter costing as much as the pass it saves), backs off.
-  // Drafting resumes once the estimate says it pays.
+  // A probe that stood raised the estimate and doubles the next probe's drafts. When drafts that
+  // all stand would pay at the estimated cost, the next candidate is probed again, so text that
+  // turned predictable (a greedy loop, a quoted passage) wins drafting back within a few tokens.
+  // A rejected probe, or one whose drafts cannot pay even when they stand (a drafter costing as
+  // much as the pass it saves), backs off. Drafting resumes once the estimate says it pays.
   if (probing_) {
+    const bool stood = accepted == drafted;
+    probe_k_ = stood ? std::min(max_, 2 * probe_k_) : min_;
     const bool could_pay = (max_ + 1) / cost(max_) > kMinGain;
-    probe_every_ = accepted == drafted && could_pay ? 1 : std::min(kMaxPause, probe_every_ * 2);
+    probe_every_ = stood && could_pay ? 1 : std::min(kMaxPause, probe_every_ * 2);
   }
 }
 

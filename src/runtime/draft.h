@@ -35,17 +35,22 @@ struct NgramDraft {
 NgramDraft ngram_draft(std::span<const int32_t> ctx, int n_max);
 
 // Decides whether and how much to draft from what drafting has cost and earned so far. It
-// measures the seconds of one-row passes (t0) and the extra seconds per drafted row of verify
-// passes, and estimates the per-token acceptance `a` separately for each n-gram match length
-// (a geometric model: drafts stand with probability a each until the first rejection). A pass
-// with k drafts then yields E(k) = 1 + a + … + a^k tokens at cost(k) = 1 + k·extra/t0 one-row
-// passes; it drafts the k that maximises E(k)/cost(k), and nothing unless that beats plain
-// decoding by kMinGain. In RAM a verify row costs nearly a one-row pass, so only long, reliable
-// matches pay; with streamed experts the rows share the expert reads and drafting pays sooner.
-// The first verify pass drafts `min` tokens to measure the cost. Declined candidates are probed
-// with a min-length draft after 1, 2, 4 … kMaxPause declines (the interval doubles after each
-// rejected probe, and starts over once drafting pays again or after a probe that stood while
-// drafts that stand would pay), so that estimates follow the text.
+// measures the seconds of one-row passes (t0) and of steps with k drafts (for each k drafted so
+// far), and estimates the per-token acceptance `a` separately for each n-gram match length (a
+// geometric model: drafts stand with probability a each until the first rejection). A step with k
+// drafts then yields E(k) = 1 + a + … + a^k tokens at cost(k) one-row passes: measured where k
+// was drafted, else scaled from the nearest measured k as if every drafted row cost the same
+// (pessimistic above it: a step's fixed part — a verify pass at all, an MTP block's catch-up —
+// is spread over more rows as k grows). It drafts the k that maximises E(k)/cost(k), and nothing
+// unless that beats plain decoding by kMinGain. In RAM a verify row costs most of a one-row
+// pass, so only long, reliable drafts pay; with streamed experts the rows share the expert reads
+// and drafting pays sooner. The first step with drafts drafts `min` tokens to measure; it runs
+// cold (an MTP block first catches up on the prompt), so the next sample at that k replaces it.
+// Declined candidates are probed after 1, 2, 4 … kMaxPause declines (the interval doubles after
+// each rejected probe, and starts over once drafting pays again or after a probe that stood while
+// drafts that stand would pay), so that estimates follow the text. A probe drafts `min` tokens,
+// twice as many as the last one after each probe that stood (up to `max`), so the cost of long
+// drafts is measured rather than extrapolated once short ones keep standing.
 class DraftPolicy {
  public:
   static constexpr int kMaxPause = 64;
@@ -68,14 +73,17 @@ class DraftPolicy {
   int min_, max_;
   bool adaptive_;
   std::array<Acceptance, kNgramMax + 1> by_match_{};
-  double t0_ = 0;             // seconds of a one-row pass (moving average)
-  int n_t0_ = 0;              // one-row passes measured
-  double extra_ = 0;          // seconds each drafted row adds (moving average)
-  bool extra_known_ = false;  // a verify pass has been measured
-  int last_match_ = 0;        // match length of the drafts in flight
-  bool probing_ = false;      // the drafts in flight are a probe
-  int declined_ = 0;          // candidates declined since the last probe
+  double t0_ = 0;  // seconds of a one-row pass (moving average)
+  int n_t0_ = 0;   // one-row passes measured
+  // Seconds of a step with k drafts (moving average) and the steps measured, by k.
+  std::array<double, kMaxDraft + 1> step_{};
+  std::array<int, kMaxDraft + 1> n_step_{};
+  bool step_known_ = false;  // a step with drafts has been measured
+  int last_match_ = 0;       // match length of the drafts in flight
+  bool probing_ = false;     // the drafts in flight are a probe
+  int declined_ = 0;         // candidates declined since the last probe
   int probe_every_ = 1;
+  int probe_k_;  // drafts of the next probe
 };
 
 }  // namespace sluice

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -95,9 +96,11 @@ TEST(DraftPolicy, AProbeThatStoodProbesAgainAtTheNextCandidate) {
   EXPECT_EQ(d.choose(4, 6), 0);
   EXPECT_EQ(d.choose(4, 6), 1);  // probe after two declines
   d.record(1, 1, 0.015);         // stood
-  EXPECT_EQ(d.choose(4, 6), 1);  // probed again at once, not after four declines
-  d.record(1, 0, 0.015);
+  EXPECT_EQ(d.choose(4, 6),
+            2);  // probed again at once with twice the drafts, not after four declines
+  d.record(2, 0, 0.020);
   EXPECT_EQ(d.choose(4, 6), 0);
+  EXPECT_EQ(d.choose(4, 6), 1);  // a rejected probe starts the probes' length over
   // A drafted row costing a whole pass: 7 tokens for the cost of 7 passes never pays.
   DraftPolicy e({DraftMode::kNgram, 6, 1});
   e.record(0, 0, 0.010);
@@ -107,7 +110,32 @@ TEST(DraftPolicy, AProbeThatStoodProbesAgainAtTheNextCandidate) {
   EXPECT_EQ(e.choose(4, 6), 1);
   e.record(1, 1, 0.020);  // stood, but could not have paid: the pause doubles
   EXPECT_EQ(e.choose(4, 6), 0);
-  EXPECT_EQ(e.choose(4, 6), 1);
+  EXPECT_EQ(e.choose(4, 6), 2);
+}
+
+// A step's cost has a fixed part (a verify pass at all; an MTP block's pass per draft is not
+// fixed, but its first step catches up on the whole prompt): 8 ms here, plus 2 ms per drafted row,
+// against 10 ms one-row passes. The cold first step does not stick, and probes that stand
+// measure longer drafts, whose fixed part is spread over more rows, until the longest is drafted.
+TEST(DraftPolicy, ProbesThatStandGrowAndMeasureLongDrafts) {
+  DraftPolicy p({DraftMode::kMtp, 4, 1});
+  p.record(0, 0, 0.010);
+  p.record(0, 0, 0.010);
+  ASSERT_EQ(p.choose(kMtpMatch, 4), 1);
+  p.record(1, 1, 0.050);  // cold
+  EXPECT_NEAR(p.cost(1), 5.0, 1e-9);
+  EXPECT_NEAR(p.cost(4), 17.0, 1e-9);  // scaled from k = 1 as if every row cost 40 ms
+  std::vector<int> drafted;
+  for (int i = 0; i < 60; ++i) {
+    const int k = p.choose(kMtpMatch, 4);
+    drafted.push_back(k);
+    p.record(k, k, k == 0 ? 0.010 : 0.018 + 0.002 * k);
+  }
+  EXPECT_NEAR(p.cost(1), 2.0, 1e-9);  // the second sample replaced the cold one
+  EXPECT_NEAR(p.cost(4), 2.6, 1e-9);  // measured, not extrapolated
+  EXPECT_EQ(drafted.back(), 4);
+  // Once drafting 4 pays it keeps drafting 4: the last third of the candidates all drafted 4.
+  EXPECT_EQ(std::count(drafted.end() - 20, drafted.end(), 4), 20);
 }
 
 // Chi-square statistic of observed counts against probabilities `p` (n draws).
