@@ -31,9 +31,14 @@ NgramDraft ngram_draft(std::span<const int32_t> ctx, int n_max) {
     // Latest occurrence first: recent text predicts the continuation best.
     for (int start = n_ctx - n - 1; start >= 0; --start) {
       if (!std::equal(suffix.begin(), suffix.end(), ctx.begin() + start)) continue;
+      // The suffix recurs `period` tokens back: the text since then repeats, so the draft runs
+      // through the context's end and on around that cycle (a greedy loop shorter than n_max
+      // still fills the draft).
       const int from = start + n;
-      const int count = std::min(n_max, n_ctx - from);
-      return {{ctx.begin() + from, ctx.begin() + from + count}, n};
+      const int period = n_ctx - from;
+      NgramDraft d{std::vector<int32_t>(static_cast<size_t>(n_max)), n};
+      for (int i = 0; i < n_max; ++i) d.tokens[i] = ctx[from + i % period];
+      return d;
     }
   }
   return {};

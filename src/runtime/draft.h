@@ -31,7 +31,8 @@ struct NgramDraft {
   int match = 0;  // length of the matched suffix (kNgramMin..kNgramMax); 0: no draft
 };
 // Prompt lookup: finds the latest earlier occurrence of the context's last n tokens (n from
-// kNgramMax down to kNgramMin) and proposes the tokens that followed it, at most `n_max`.
+// kNgramMax down to kNgramMin) and proposes the `n_max` tokens that followed it, continuing the
+// cycle from that occurrence to the end when the context ends first.
 NgramDraft ngram_draft(std::span<const int32_t> ctx, int n_max);
 
 // Decides whether and how much to draft from what drafting has cost and earned so far. It

@@ -18,9 +18,11 @@ using namespace sluice;
 namespace {
 
 TEST(NgramDraft, ProposesWhatFollowedTheLatestOccurrenceOfTheSuffix) {
-  // Suffix (7, 8) occurs at 1 and 5; the latest (5) was followed by 9, 7, 8.
+  // Suffix (7, 8) occurs at 1 and 5; the latest (5) was followed by 9, 7, 8, the context's end:
+  // the text has repeated with period 3 since, so the draft goes on around the cycle.
   const std::vector<int32_t> ctx = {1, 7, 8, 2, 3, 7, 8, 9, 7, 8};
-  EXPECT_EQ(ngram_draft(ctx, 4).tokens, (std::vector<int32_t>{9, 7, 8}));
+  EXPECT_EQ(ngram_draft(ctx, 4).tokens, (std::vector<int32_t>{9, 7, 8, 9}));
+  EXPECT_EQ(ngram_draft(ctx, 8).tokens, (std::vector<int32_t>{9, 7, 8, 9, 7, 8, 9, 7}));
   EXPECT_EQ(ngram_draft(ctx, 4).match, 2);
   EXPECT_EQ(ngram_draft(ctx, 2).tokens, (std::vector<int32_t>{9, 7}));
   EXPECT_EQ(ngram_draft(ctx, 0).tokens, std::vector<int32_t>{});
