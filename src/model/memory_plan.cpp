@@ -97,15 +97,18 @@ MemoryPlan plan_memory(const MemoryFacts& f, const PlanRequest& r) {
   return p;
 }
 
+double active_routed_bytes(const MemoryFacts& f) {
+  if (f.n_expert <= 0) return 0;
+  return static_cast<double>(f.routed_bytes) *
+         std::clamp(static_cast<double>(f.n_expert_used) / f.n_expert, 0.0, 1.0);
+}
+
 DecodeEstimate estimate_decode(const MemoryFacts& f, const MemoryPlan& plan, double disk_bytes_per_second,
                                double ram_tokens_per_second) {
   DecodeEstimate e;
   e.hit_rate = plan.placement == Placement::kRam ? 1.0 : plan.fit_fraction;
-  if (f.n_expert > 0) {
-    // Active routed bytes per token: the chosen experts of every MoE layer, at the mean expert size.
-    const double active = static_cast<double>(f.routed_bytes) * f.n_expert_used / f.n_expert;
-    e.miss_bytes_per_token = static_cast<uint64_t>(active * (1.0 - e.hit_rate));
-  }
+  if (f.n_expert > 0)
+    e.miss_bytes_per_token = static_cast<uint64_t>(active_routed_bytes(f) * (1.0 - e.hit_rate));
   const double read_seconds =
       disk_bytes_per_second > 0 ? static_cast<double>(e.miss_bytes_per_token) / disk_bytes_per_second : 0;
   if (read_seconds > 0) e.io_tokens_per_second = 1.0 / read_seconds;

@@ -82,6 +82,10 @@ struct DecodeEstimate {
   double io_tokens_per_second = 0;  // disk rate / miss bytes; 0: not disk-bound or no disk rate
   double tokens_per_second = 0;     // with compute when ram_tokens_per_second is given, else the ceiling
 };
+// Routed bytes one token uses: the chosen experts of every MoE layer at the mean expert size. The
+// counts come from the file's keys unchecked (inspect reads any file): an expert_used_count
+// outside 0..expert_count uses none or all of them.
+double active_routed_bytes(const MemoryFacts& facts);
 // The expected hit rate is the fit fraction: with routing spread evenly over the experts, a cache
 // holding a share f of them serves a share f of the requests (skewed routing does better).
 DecodeEstimate estimate_decode(const MemoryFacts& facts, const MemoryPlan& plan, double disk_bytes_per_second,

@@ -29,9 +29,7 @@ StagePlan plan_stage(const MemoryFacts& facts, LayerSpan span, const HostFacts& 
     return s;
   }
   s.decode = estimate_decode(facts, s.memory, host.disk_bytes_per_second);
-  const double active = facts.n_expert > 0 ? static_cast<double>(facts.routed_bytes) *
-                                                 facts.n_expert_used / facts.n_expert
-                                           : 0;
+  const double active = active_routed_bytes(facts);
   const double read = host.disk_bytes_per_second > 0
                           ? s.decode.miss_bytes_per_token / host.disk_bytes_per_second
                           : 0;

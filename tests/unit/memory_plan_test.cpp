@@ -148,6 +148,14 @@ TEST(MemoryPlan, DecodeEstimateFromFitFractionAndDiskRate) {
   EXPECT_EQ(ram.miss_bytes_per_token, 0u);
   EXPECT_EQ(ram.tokens_per_second, 0);
   EXPECT_DOUBLE_EQ(estimate_decode(f, plan_memory(f, hard(16 * kGiB)), 1e9, 7.5).tokens_per_second, 7.5);
+  // A file's expert_used_count outside 0..expert_count (found by the GGUF fuzzer: inspect plans
+  // any file) reads none or all of the routed bytes rather than a negative or impossible amount.
+  MemoryFacts odd = f;
+  odd.n_expert_used = -7;
+  EXPECT_EQ(estimate_decode(odd, p, 1e9).miss_bytes_per_token, 0u);
+  odd.n_expert_used = 1000;
+  EXPECT_EQ(estimate_decode(odd, p, 1e9).miss_bytes_per_token,
+            static_cast<uint64_t>(4.0 * kGiB * (1 - p.fit_fraction)));
 }
 
 TEST(MemoryPlan, SuggestedFlagsSayWhatTheEngineDoes) {
