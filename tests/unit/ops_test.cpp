@@ -177,7 +177,9 @@ TEST(Rope, PartialRotaryLeavesTailAndPreservesNorm) {
     for (int i = 0; i < 32; ++i) {
       nx += double(x[h * 32 + i]) * x[h * 32 + i];
       ny += double(y[h * 32 + i]) * y[h * 32 + i];
-      if (i >= 8) EXPECT_EQ(x[h * 32 + i], y[h * 32 + i]);
+      if (i >= 8) {
+        EXPECT_EQ(x[h * 32 + i], y[h * 32 + i]);
+      }
     }
     EXPECT_NEAR(nx, ny, 1e-3 * nx);
   }
