@@ -107,8 +107,7 @@ DecodeEstimate estimate_decode(const MemoryFacts& f, const MemoryPlan& plan, dou
                                double ram_tokens_per_second) {
   DecodeEstimate e;
   e.hit_rate = plan.placement == Placement::kRam ? 1.0 : plan.fit_fraction;
-  if (f.n_expert > 0)
-    e.miss_bytes_per_token = static_cast<uint64_t>(active_routed_bytes(f) * (1.0 - e.hit_rate));
+  e.miss_bytes_per_token = static_cast<uint64_t>(active_routed_bytes(f) * (1.0 - e.hit_rate));
   const double read_seconds =
       disk_bytes_per_second > 0 ? static_cast<double>(e.miss_bytes_per_token) / disk_bytes_per_second : 0;
   if (read_seconds > 0) e.io_tokens_per_second = 1.0 / read_seconds;

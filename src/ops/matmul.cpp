@@ -62,7 +62,8 @@ struct Mat {
   bool converts = false;  // converts its activations itself (else reads x or the previous one's)
   int64_t n_tokens = 0;
   int64_t row_parts = 0, token_parts = 0, first_part = 0;
-  int64_t dot_rows = kMaxDotRows;  // tokens per vec_dot_multi call (1 for ExactRows, unless exact)
+  // Tokens per vec_dot_multi call: 1 under ExactRows unless the kernel's rows are exact.
+  int64_t dot_rows = kMaxDotRows;
 };
 
 struct Job {

@@ -52,9 +52,13 @@ double DraftPolicy::acceptance(int match) const {
   return a.accepted / (a.accepted + a.stops);
 }
 
+bool DraftPolicy::step_known() const {
+  return std::any_of(n_step_.begin(), n_step_.end(), [](int n) { return n > 0; });
+}
+
 double DraftPolicy::cost(int k) const {
   k = std::clamp(k, 0, kMaxDraft);
-  if (k == 0 || t0_ <= 0 || !step_known_) return 1.0;
+  if (k == 0 || t0_ <= 0 || !step_known()) return 1.0;
   // At least a one-row pass: a step faster than the average one-row pass is noise.
   if (n_step_[k] > 0) return std::max(1.0, step_[k] / t0_);
   // The nearest measured k (the lower one on a tie), its drafted rows' cost scaled to k rows.
@@ -77,7 +81,7 @@ int DraftPolicy::choose(int match, int available) {
   probing_ = false;
   // Until a step with drafts has been timed, draft the fewest: it measures what drafting costs,
   // at the least risk.
-  if (!step_known_) return min_;
+  if (!step_known()) return min_;
   const double a = acceptance(match);
   int best_k = 0;
   double best = kMinGain;
@@ -109,7 +113,6 @@ void DraftPolicy::record(int drafted, int accepted, double seconds) {
       double& step = step_[drafted];
       step = n_step_[drafted] <= 1 ? seconds : step + kTimeWeight * (seconds - step);
       ++n_step_[drafted];
-      step_known_ = true;
     }
   }
   if (drafted <= 0) return;

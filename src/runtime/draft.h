@@ -79,12 +79,13 @@ class DraftPolicy {
   // Seconds of a step with k drafts (moving average) and the steps measured, by k.
   std::array<double, kMaxDraft + 1> step_{};
   std::array<int, kMaxDraft + 1> n_step_{};
-  bool step_known_ = false;  // a step with drafts has been measured
-  int last_match_ = 0;       // match length of the drafts in flight
-  bool probing_ = false;     // the drafts in flight are a probe
-  int declined_ = 0;         // candidates declined since the last probe
+  int last_match_ = 0;    // match length of the drafts in flight
+  bool probing_ = false;  // the drafts in flight are a probe
+  int declined_ = 0;      // candidates declined since the last probe
   int probe_every_ = 1;
   int probe_k_;  // drafts of the next probe
+
+  bool step_known() const;  // a step with drafts has been measured
 };
 
 }  // namespace sluice

@@ -21,7 +21,6 @@ shared_head_norm}; no embedding or head: the model's are shared) written by `slu
 import argparse
 import csv
 import json
-import math
 import os
 import subprocess
 import time
@@ -35,7 +34,7 @@ from export import metadata
 from ggml_formats import encode
 from model import MtpBlock
 from tokenizer import Tokenizer
-from train import load_ids
+from train import load_ids, lr_at
 
 
 def windows(data, starts, length):
@@ -175,10 +174,7 @@ def main():
     print(f"start: heldout {ce:.4f} top1 {top1:.3f} agrees with greedy {agree:.3f}", flush=True)
     t0, step, run_loss, run_n = time.time(), 0, 0.0, 0
     while True:
-        el = time.time() - t0
-        frac = min(1.0, el / args.time_budget)
-        lr = args.lr * (step + 1) / args.warmup if step < args.warmup else \
-            args.lr * (args.min_lr_frac + (1 - args.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * frac)))
+        lr = lr_at(step, time.time() - t0, args)
         for g in opt.param_groups:
             g["lr"] = lr
         starts = torch.randint(0, len(data) - args.seq - 2, (args.batch,), generator=gen)
