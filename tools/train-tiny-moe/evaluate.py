@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from ggml_formats import read_gguf
 from model import Config, TinyMoE
 from tokenizer import Tokenizer
+from train import fast_cpu_setup
 
 
 def load_model(path):
@@ -102,45 +103,48 @@ def main():
     root = os.path.normpath(os.path.join(here, "..", ".."))
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default=os.path.join(root, "models", "sluice-tiny-moe.gguf"))
-    ap.add_argument("--text", default=os.path.join(root, "tests", "data", "heldout-kjv.txt"))
+    ap.add_argument("--text", nargs="+", default=[os.path.join(root, "tests", "data", "heldout-kjv.txt")],
+                    help="held-out texts; with several, the JSON is a list of one result each")
     ap.add_argument("--ctx", type=int, default=128)
     ap.add_argument("--stride", type=int, default=64)
     ap.add_argument("--json", default=os.path.join(root, "models", "sluice-tiny-moe.eval.json"),
                     help="where to write the result ('' to skip)")
-    ap.add_argument("--prompt", default="In the beginning")
+    ap.add_argument("--prompt", nargs="*", default=["In the beginning"], help="sample prompts")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
+    fast_cpu_setup(args.threads)
 
     model, tok, cfg = load_model(args.model)
-    with open(args.text) as f:
-        text = f.read()
-    ids = tok.encode(text)
-    nll, count, windows = sliding_nll(model, ids, args.ctx, args.stride)
-    result = {
-        "model": os.path.relpath(args.model, root),
-        "text": os.path.relpath(args.text, root),
-        "text_bytes": len(text.encode()),
-        "n_tokens": len(ids),
-        "protocol": {"ctx": args.ctx, "stride": args.stride, "add_bos": False,
-                     "first_window_scores_from": 1,
-                     "later_windows_score_from_position": args.ctx - args.stride},
-        "n_windows": windows,
-        "n_scored": count,
-        "mean_nll": nll / count,
-        "perplexity": math.exp(nll / count),
-        "computed_by": "tools/train-tiny-moe/evaluate.py (PyTorch float32, dequantized GGUF weights)",
-    }
-    print(json.dumps(result, indent=1))
+    results = []
+    for path in args.text:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        ids = tok.encode(text)
+        nll, count, windows = sliding_nll(model, ids, args.ctx, args.stride)
+        results.append({
+            "model": os.path.relpath(args.model, root),
+            "text": os.path.relpath(path, root),
+            "text_bytes": len(text.encode()),
+            "n_tokens": len(ids),
+            "protocol": {"ctx": args.ctx, "stride": args.stride, "add_bos": False,
+                         "first_window_scores_from": 1,
+                         "later_windows_score_from_position": args.ctx - args.stride},
+            "n_windows": windows,
+            "n_scored": count,
+            "mean_nll": nll / count,
+            "perplexity": math.exp(nll / count),
+            "computed_by": "tools/train-tiny-moe/evaluate.py (PyTorch float32, dequantized GGUF weights)",
+        })
+        print(json.dumps(results[-1], indent=1), flush=True)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
+            json.dump(results[0] if len(results) == 1 else results, f, indent=1)
             f.write("\n")
-    if args.prompt:
-        print("--- greedy:")
-        print(generate(model, tok, args.prompt, 48, args.ctx))
-        print("--- top-k 40, temperature 0.8, seed 0:")
-        print(generate(model, tok, args.prompt, 48, args.ctx, top_k=40, temperature=0.8))
+    for prompt in args.prompt:
+        print(f"--- {prompt!r} greedy:")
+        print(generate(model, tok, prompt, 48, args.ctx))
+        print(f"--- {prompt!r} top-k 40, temperature 0.8, seed 0:")
+        print(generate(model, tok, prompt, 48, args.ctx, top_k=40, temperature=0.8), flush=True)
 
 
 if __name__ == "__main__":

@@ -42,6 +42,17 @@ class Config:
         return asdict(self)
 
 
+# Shapes train.py can build. tiny: the shipped sluice-tiny-moe. moe128: sluice-moe-128, a
+# fine-grained MoE shaped like Qwen3-30B-A3B's experts (128 routed, top-8, expert ff 0.375 of
+# the width), chosen from measured training speed (models/README.md).
+PRESETS = {
+    "tiny": dict(vocab_size=4096, n_layer=6, d_model=256, n_head=4, n_head_kv=2, head_dim=64,
+                 n_expert=16, n_expert_used=2, expert_ff=128, context_length=128),
+    "moe128": dict(vocab_size=8192, n_layer=8, d_model=256, n_head=4, n_head_kv=2, head_dim=64,
+                   n_expert=128, n_expert_used=8, expert_ff=96, context_length=512),
+}
+
+
 def rms_norm(x, weight, eps):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
 
@@ -104,26 +115,27 @@ class MoE(nn.Module):
         self.down = experts(c.d_model, c.expert_ff)
 
     def forward(self, x):
-        """Returns (output, Switch-style load-balancing loss, per-expert token fraction)."""
+        """Returns (output, Switch-style load-balancing loss, per-expert token fraction).
+
+        The token-expert pairs are sorted by expert once and split into one contiguous group per
+        expert, so each expert costs three matmuls on a slice, with no per-expert search of the
+        routing (with 128 experts per layer the searches cost more than the matmuls)."""
         c = self.c
         shape = x.shape
         x = x.reshape(-1, c.d_model)
         probs = self.router(x).softmax(-1)
         top_w, top_i = probs.topk(c.n_expert_used, dim=-1)
         top_w = top_w / top_w.sum(-1, keepdim=True)
-        out = torch.zeros_like(x)
         flat_i = top_i.reshape(-1)
-        flat_w = top_w.reshape(-1)
-        flat_tok = torch.arange(x.shape[0]).repeat_interleave(c.n_expert_used)
-        for e in range(c.n_expert):
-            sel = (flat_i == e).nonzero(as_tuple=True)[0]
-            if sel.numel() == 0:
-                continue
-            tok = flat_tok[sel]
-            h = x[tok]
-            y = (F.silu(h @ self.gate[e].t()) * (h @ self.up[e].t())) @ self.down[e].t()
-            out.index_add_(0, tok, y * flat_w[sel, None])
-        frac = torch.bincount(flat_i, minlength=c.n_expert).float() / flat_i.numel()
+        order = flat_i.argsort()
+        tok = order // c.n_expert_used  # the token of each sorted pair
+        counts = torch.bincount(flat_i, minlength=c.n_expert)
+        groups = x[tok].split(counts.tolist())
+        ys = [(F.silu(h @ self.gate[e].t()) * (h @ self.up[e].t())) @ self.down[e].t()
+              for e, h in enumerate(groups) if h.shape[0]]
+        y = torch.cat(ys) * top_w.reshape(-1)[order, None]
+        out = torch.zeros_like(x).index_add_(0, tok, y)
+        frac = counts.float() / flat_i.numel()
         aux = c.n_expert * (frac * probs.mean(0)).sum()
         return out.view(shape), aux, frac
 

@@ -1,21 +1,18 @@
 """Byte-level BPE tokenizer shared by train_bpe.py, train.py, evaluate.py and export.py.
 
 It must tokenize exactly like sluice (and llama.cpp) will for tokenizer.ggml.model = "gpt2",
-tokenizer.ggml.pre = "qwen2", so the pre-tokenizer below is a hand-written matcher of the qwen2
-regex
-
-  (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*
-  |\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+
-
-(Python's re has no \\p{L}); each alternative is tried in order at each position, with the
-backtracking the regex engine would do spelled out. Letters and numbers are Unicode categories L*
-and N*, as in the regex.
+tokenizer.ggml.pre = "qwen2", so pre-tokenization is llama.cpp's qwen2 regex itself, run by the
+`regex` module (Debian's python3-regex: Python's re has no \\p{L} / \\p{N} classes).
 """
 import json
-import re
-import unicodedata
+
+import regex
 
 EOT = "<|endoftext|>"
+
+QWEN2_RE = regex.compile(
+    r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 
 def bytes_to_unicode():
@@ -36,86 +33,8 @@ BYTE_ENC = bytes_to_unicode()
 BYTE_DEC = {c: b for b, c in BYTE_ENC.items()}
 
 
-def _is_l(c):
-    return unicodedata.category(c)[0] == "L"
-
-
-def _is_n(c):
-    return unicodedata.category(c)[0] == "N"
-
-
-def _is_s(c):
-    return c.isspace()
-
-
-def _is_p(c):
-    """[^\\s\\p{L}\\p{N}]"""
-    return not (c.isspace() or _is_l(c) or _is_n(c))
-
-
-_CONTRACTIONS = ("s", "t", "re", "ve", "m", "ll", "d")
-
-
 def pretokenize(text):
-    out, i, n = [], 0, len(text)
-    while i < n:
-        c = text[i]
-        end = None
-        # 1. contractions
-        if c == "'":
-            for suf in _CONTRACTIONS:
-                if text[i + 1:i + 1 + len(suf)].lower() == suf:
-                    end = i + 1 + len(suf)
-                    break
-        # 2. [^\r\n\p{L}\p{N}]?\p{L}+
-        if end is None:
-            j = i
-            if not _is_l(c) and c not in "\r\n" and not _is_n(c) and i + 1 < n and _is_l(text[i + 1]):
-                j = i + 1
-            if _is_l(text[j]):
-                while j < n and _is_l(text[j]):
-                    j += 1
-                end = j
-        # 3. \p{N}
-        if end is None and _is_n(c):
-            end = i + 1
-        # 4.  ?[^\s\p{L}\p{N}]+[\r\n]*
-        if end is None:
-            j = i + 1 if c == " " and i + 1 < n and _is_p(text[i + 1]) else i
-            if _is_p(text[j]):
-                while j < n and _is_p(text[j]):
-                    j += 1
-                while j < n and text[j] in "\r\n":
-                    j += 1
-                end = j
-        if end is None and _is_s(c):
-            run = i
-            while run < n and _is_s(text[run]):
-                run += 1
-            # 5. \s*[\r\n]+ : greedy \s* backs off to the last newline of the whitespace run
-            last_nl = max((k for k in range(i, run) if text[k] in "\r\n"), default=None)
-            if last_nl is not None:
-                end = last_nl + 1
-            # 6. \s+(?!\S) : the whole run at the end of text, else the run minus its last char
-            elif run == n:
-                end = run
-            elif run - i >= 2:
-                end = run - 1
-            # 7. \s+
-            else:
-                end = run
-        if end is None:
-            raise AssertionError(f"pretokenize: no alternative matched at {i}: {text[i:i+10]!r}")
-        out.append(text[i:end])
-        i = end
-    return out
-
-
-# The qwen2 regex with \p{L} and \p{N} narrowed to ASCII: equivalent to pretokenize() on ASCII
-# text, which lets train_bpe.py cross-check the hand-written matcher on the whole corpus.
-ASCII_QWEN2_RE = re.compile(
-    r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\nA-Za-z0-9]?[A-Za-z]+|[0-9]"
-    r"| ?[^\sA-Za-z0-9]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+    return QWEN2_RE.findall(text)
 
 
 def to_symbols(piece):

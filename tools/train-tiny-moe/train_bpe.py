@@ -1,5 +1,7 @@
 #!/usr/bin/python3
-"""Train our own byte-level BPE vocabulary on data/train.txt.
+"""Train our own byte-level BPE vocabulary on DATA/train.txt (the tiny model's corpus) or, for a
+mixed-domain corpus (prepare_corpus.py), on an equal share of each domain's training documents:
+a vocabulary learned from the largest domain alone would cut the others' words into more pieces.
 
 Vocabulary layout: ids 0..255 are the single bytes (id == byte value, GPT-2 text form), then one
 token per merge in merge order, then <|endoftext|> last (bos = eos). Merges never cross
@@ -13,11 +15,13 @@ the result deterministic.
 """
 import argparse
 import collections
+import glob
 import heapq
+import json
 import os
 import time
 
-from tokenizer import ASCII_QWEN2_RE, BYTE_ENC, EOT, Tokenizer, pretokenize, to_symbols
+from tokenizer import BYTE_ENC, EOT, Tokenizer, pretokenize, to_symbols
 
 
 def train(text, vocab_size):
@@ -76,22 +80,40 @@ def train(text, vocab_size):
     return Tokenizer(tokens, [f"{a} {b}" for a, b in merges])
 
 
+def training_text(data_dir, share_bytes):
+    """train.txt whole, or up to share_bytes of each domain's documents, taken at an even stride
+    through the domain so every source in it is represented."""
+    plain = os.path.join(data_dir, "train.txt")
+    if os.path.exists(plain):
+        with open(plain) as f:
+            return f.read()
+    parts = []
+    for path in sorted(glob.glob(os.path.join(data_dir, "*.train.jsonl"))):
+        with open(path) as f:
+            docs = [json.loads(line)["text"] for line in f]
+        total = sum(len(d) for d in docs)
+        stride = max(1, round(total / share_bytes))
+        parts += docs[::stride]
+    if not parts:
+        raise SystemExit(f"{data_dir}: neither train.txt nor *.train.jsonl")
+    return "\n".join(parts)
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", default=os.path.join(here, "data"))
     ap.add_argument("--vocab-size", type=int, default=4096)
+    ap.add_argument("--share-bytes", type=int, default=4_000_000,
+                    help="bytes of each domain to learn from (mixed-domain corpora)")
     args = ap.parse_args()
-    with open(os.path.join(args.data, "train.txt")) as f:
-        text = f.read()
-    if text.isascii() and pretokenize(text) != ASCII_QWEN2_RE.findall(text):
-        raise SystemExit("pretokenize() disagrees with the qwen2 regex on train.txt")
+    text = training_text(args.data, args.share_bytes)
     t0 = time.time()
     tok = train(text, args.vocab_size)
     tok.save(os.path.join(args.data, "tokenizer.json"))
     ids = tok.encode(text)
     print(f"vocab {len(tok.tokens)} ({len(tok.merges)} merges) in {time.time() - t0:.1f}s; "
-          f"train.txt = {len(ids)} tokens ({len(text.encode()) / len(ids):.2f} bytes/token)")
+          f"training text = {len(ids)} tokens ({len(text.encode()) / len(ids):.2f} bytes/token)")
     if tok.decode(ids) != text:
         raise SystemExit("round trip failed")
 

@@ -29,16 +29,21 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from corpus import load_streams, sample_windows
 from evaluate import load_model
 from export import metadata
 from ggml_formats import encode
 from model import MtpBlock
 from tokenizer import Tokenizer
-from train import load_ids, lr_at
+from train import fast_cpu_setup, lr_at
 
 
-def windows(data, starts, length):
-    return torch.stack([data[s:s + length] for s in starts.tolist()])
+@torch.no_grad()
+def heldout_all(base, mtp, streams, seq):
+    """heldout() per domain and their mean (the "mean" key): (CE, top-1, agreement)."""
+    out = {name: heldout(base, mtp, ids, seq) for name, ids in sorted(streams.items())}
+    out["mean"] = tuple(sum(v[i] for v in out.values()) / len(out) for i in range(3))
+    return out
 
 
 @torch.no_grad()
@@ -129,7 +134,8 @@ def main():
     ap.add_argument("--name", default="sluice-tiny-moe-mtp")
     ap.add_argument("--time-budget", type=float, default=1200.0, help="seconds of training")
     ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--seq", type=int, default=126, help="rows per window (+2 tokens read)")
+    ap.add_argument("--seq", type=int, default=0,
+                    help="rows per window (+2 tokens read; default: the model's context - 2)")
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--min-lr-frac", type=float, default=0.1)
     ap.add_argument("--warmup", type=int, default=20)
@@ -140,15 +146,17 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
 
-    torch.set_num_threads(args.threads)
+    fast_cpu_setup(args.threads)
     torch.manual_seed(args.seed)
     os.makedirs(args.out, exist_ok=True)
     base, _, cfg = load_model(args.model)
     for p in base.parameters():
         p.requires_grad_(False)
     tok = Tokenizer.load(os.path.join(args.data, "tokenizer.json"))
-    train_ids = load_ids(args.data, "train", tok)
-    held_ids = load_ids(args.data, "heldout", tok)[:args.eval_tokens + 2]
+    train_streams = load_streams(args.data, "train", tok)
+    held_streams = {k: v[:args.eval_tokens + 2]
+                    for k, v in load_streams(args.data, "heldout", tok).items()}
+    args.seq = args.seq or cfg.context_length - 2
     if args.seq + 2 > cfg.context_length + 1:
         raise SystemExit(f"--seq {args.seq}: the model saw at most {cfg.context_length} positions")
 
@@ -165,20 +173,18 @@ def main():
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
     gen = torch.Generator().manual_seed(args.seed)
-    data = torch.from_numpy(train_ids)
     log = open(os.path.join(args.out, "loss.csv"), "w", newline="")
     w = csv.writer(log)
     w.writerow(["step", "elapsed_s", "lr", "train_soft_ce", "heldout_loss", "heldout_top1",
                 "heldout_agree_greedy"])
-    ce, top1, agree = heldout(base, mtp, held_ids, args.seq)
+    ce, top1, agree = heldout_all(base, mtp, held_streams, args.seq)["mean"]
     print(f"start: heldout {ce:.4f} top1 {top1:.3f} agrees with greedy {agree:.3f}", flush=True)
     t0, step, run_loss, run_n = time.time(), 0, 0.0, 0
     while True:
         lr = lr_at(step, time.time() - t0, args)
         for g in opt.param_groups:
             g["lr"] = lr
-        starts = torch.randint(0, len(data) - args.seq - 2, (args.batch,), generator=gen)
-        win = windows(data, starts, args.seq + 2)
+        win = sample_windows(train_streams, args.batch, args.seq + 2, gen)
         with torch.no_grad():
             h, _, _ = base.hidden(win[:, :args.seq + 1])
             # The model's own next-token distribution at t+1: what a draft is verified against.
@@ -195,13 +201,16 @@ def main():
         step += 1
         last = time.time() - t0 >= args.time_budget
         if step % args.eval_every == 0 or last:
-            ce, top1, agree = heldout(base, mtp, held_ids, args.seq)
+            per = heldout_all(base, mtp, held_streams, args.seq)
+            ce, top1, agree = per["mean"]
             el = time.time() - t0
             w.writerow([step, f"{el:.1f}", f"{lr:.6f}", f"{run_loss / run_n:.4f}", f"{ce:.4f}",
                         f"{top1:.4f}", f"{agree:.4f}"])
             log.flush()
             print(f"step {step} {el:.0f}s lr {lr:.5f} loss {run_loss / run_n:.4f} heldout {ce:.4f} "
-                  f"top1 {top1:.3f} agrees with greedy {agree:.3f}", flush=True)
+                  f"top1 {top1:.3f} agrees with greedy {agree:.3f}" +
+                  "".join(f" {k} {v[2]:.3f}" for k, v in per.items() if k != "mean" and len(per) > 2),
+                  flush=True)
             run_loss, run_n = 0.0, 0
             torch.save({"model": mtp.state_dict(), "step": step, "args": vars(args)},
                        os.path.join(args.out, "mtp.pt"))
