@@ -52,6 +52,13 @@ struct EngineOptions {
   int layer_begin = 0;
   int layer_end = -1;
   std::shared_ptr<StageLink> link = nullptr;
+  // Routing traces (format: src/experts/routing_trace.h). routing_trace: every evaluated row's
+  // chosen experts and lookahead prediction per layer are written to this file, complete when the
+  // engine is destroyed. replay_routing: the model routes as this trace says (ids mapped into its
+  // range, routed layers cycled), so streaming follows learned routing; its text is then not the
+  // model's (ModelInfo::routing says so). Neither in a pipeline stage.
+  std::string routing_trace{};
+  std::string replay_routing{};
 };
 
 struct SamplingOptions {
@@ -137,6 +144,7 @@ struct ModelInfo {
   uint64_t memlock_limit = 0;   // RLIMIT_MEMLOCK; 0: unlimited
   int stage = 0, n_stages = 1;  // pipeline stage of this process (0 … n_stages−1)
   int layer_begin = 0, layer_end = 0;  // the layers this process runs
+  std::string routing;  // a routing trace written or replayed, in words; empty: neither
 };
 
 struct ExpertStats {

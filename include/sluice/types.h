@@ -24,6 +24,8 @@ enum class ExpertMode { kAuto, kRam, kMmap, kStream };
 // (recency-weighted); nextuse: estimated layer steps until the next use (the default: fastest in
 // bench/stream-sweep except Zipf-routed decode at 2 GB, where lfu led).
 enum class EvictionPolicy { kLru, kLfu, kNextUse };
+inline constexpr EvictionPolicy kEvictionPolicies[] = {EvictionPolicy::kLru, EvictionPolicy::kLfu,
+                                                       EvictionPolicy::kNextUse};
 
 // Storage type of cached keys or values (--cache-type-k / --cache-type-v). q8_0 and q4_0 store
 // blocks of 32 values with one f16 scale; a head whose size is not a multiple of 32 is padded with

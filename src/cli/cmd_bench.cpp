@@ -7,8 +7,12 @@
 // tokens per pass are printed too). A warm-up pass first touches the weights so the first
 // repetition does not pay page faults; with streamed experts it also fills the cache the way a
 // running server's would be. Expert statistics are taken as deltas around the timed part of each
-// repetition, so the MB/s and hit rate printed belong to that test alone.
+// repetition, so the MB/s and hit rate printed belong to that test alone. --replay-routing makes
+// the model route as a trace of another model says (learned routing at this model's expert
+// sizes); every output format then says so, since the tokens are no longer the model's.
 #include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -165,6 +169,11 @@ int cmd_bench(int argc, char** argv) {
   DraftFlags df;
   df.mode = "none";  // decode tests measure plain decoding unless drafting is asked for
   add_draft_flags(app, df);
+  add_routing_trace_flag(app, mf);
+  app.add_option("--replay-routing", mf.replay_routing,
+                 "route as this routing trace says (ids mapped into the model's range, layers "
+                 "cycled): the reads follow learned routing, the text is not the model's")
+      ->check(CLI::ExistingFile);
   SLUICE_PARSE(app, argc, argv);
   TgSetup setup;
   setup.draft = draft_options(df);
@@ -210,6 +219,7 @@ int cmd_bench(int argc, char** argv) {
   fmt::print(stderr, "model: {} ({}, {} layers, {} experts top-{}), {:.2f} GB, loaded in {:.2f} s\n", mf.model,
              mi.architecture, mi.n_layer, mi.n_expert, mi.n_expert_used, mi.file_bytes / 1e9, engine->load_seconds());
   fmt::print(stderr, "experts: {}\n", mi.experts_detail);
+  if (!mi.routing.empty()) fmt::print(stderr, "routing: {}\n", mi.routing);
 
   if (!no_warmup) {
     run_pp(*engine, std::min(16, longest), 1, setup);
@@ -235,7 +245,7 @@ int cmd_bench(int argc, char** argv) {
   const std::string threads = mf.threads > 0 ? std::to_string(mf.threads) : "all";
   if (format == "csv") {
     fmt::print("model,experts_mode,threads,test,n_tokens,reps,tps_mean,tps_stddev,hit_rate,mb_read_per_token,"
-               "read_mb_s,stall_s_per_token,prefetch_precision,draft_acceptance,tokens_per_step\n");
+               "read_mb_s,stall_s_per_token,prefetch_precision,draft_acceptance,tokens_per_step,replayed_routing\n");
   } else if (format == "table") {
     fmt::print("| {:<6} | {:>12} | {:>8} | {:>9} | {:>10} | {:>8} | {:>11} | {:>8} | {:>8} |\n", "test", "t/s", "hit %",
                "MB/token", "read MB/s", "stall/t", "prefetch %", "accept %", "tok/pass");
@@ -256,18 +266,19 @@ int cmd_bench(int argc, char** argv) {
     const double accept = r.drafted ? 100.0 * r.accepted / r.drafted : 0.0;
     const double per_pass = r.steps ? tokens / r.steps : 0.0;
     if (format == "csv") {
-      fmt::print("{},{},{},{},{},{},{:.3f},{:.3f},{:.2f},{:.3f},{:.1f},{:.4f},{:.2f},{:.2f},{:.3f}\n", mf.model,
+      fmt::print("{},{},{},{},{},{},{:.3f},{:.3f},{:.2f},{:.3f},{:.1f},{:.4f},{:.2f},{:.2f},{:.3f},{}\n", mf.model,
                  mi.experts_mode, threads, r.name, r.n_tokens, reps, mean(r.tps), stddev(r.tps), hit, mb_tok, mbs, stall,
-                 prec, accept, per_pass);
+                 prec, accept, per_pass, mf.replay_routing);
     } else if (format == "table") {
       fmt::print("| {:<6} | {:>6.2f} ± {:<3.2f} | {:>8.1f} | {:>9.2f} | {:>10.1f} | {:>8.4f} | {:>11.1f} | {:>8.1f} | {:>8.2f} |\n",
                  r.name, mean(r.tps), stddev(r.tps), hit, mb_tok, mbs, stall, prec, accept, per_pass);
     } else {
       fmt::print("{}{{\"test\":\"{}\",\"n_tokens\":{},\"experts_mode\":\"{}\",\"tps_mean\":{:.4f},\"tps_stddev\":{:.4f},"
                  "\"hit_rate\":{:.3f},\"mb_read_per_token\":{:.4f},\"read_mb_s\":{:.2f},\"stall_s_per_token\":{:.5f},"
-                 "\"prefetch_precision\":{:.3f},\"draft_acceptance\":{:.2f},\"tokens_per_step\":{:.3f}}}",
+                 "\"prefetch_precision\":{:.3f},\"draft_acceptance\":{:.2f},\"tokens_per_step\":{:.3f},"
+                 "\"replayed_routing\":{}}}",
                  i ? "," : "", r.name, r.n_tokens, mi.experts_mode, mean(r.tps), stddev(r.tps), hit, mb_tok, mbs,
-                 stall, prec, accept, per_pass);
+                 stall, prec, accept, per_pass, nlohmann::json(mf.replay_routing).dump());
     }
   }
   if (format == "json") fmt::print("]\n");

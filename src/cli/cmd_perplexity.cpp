@@ -22,6 +22,7 @@ int cmd_perplexity(int argc, char** argv) {
   CLI::App app{"Sliding-window perplexity of a text file", "sluice perplexity"};
   ModelFlags mf;
   add_model_flags(app, mf);
+  add_routing_trace_flag(app, mf);
   std::string path;
   int window = 128, stride = 64;
   bool bos = false, json = false;

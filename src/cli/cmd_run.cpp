@@ -20,6 +20,7 @@ int cmd_run(int argc, char** argv) {
   add_sampling_flags(app, go.sampling);
   DraftFlags df;
   add_draft_flags(app, df);
+  add_routing_trace_flag(app, mf);
   std::string prompt, prompt_file;
   bool stats = false, no_bos = false;
   auto* p = app.add_option("-p,--prompt", prompt, "prompt text");

@@ -25,6 +25,7 @@ int cmd_run(int argc, char** argv);
 int cmd_chat(int argc, char** argv);
 int cmd_logits(int argc, char** argv);
 int cmd_perplexity(int argc, char** argv);
+int cmd_route_stats(int argc, char** argv);
 int cmd_serve(int argc, char** argv);
 // Blocks SIGINT/SIGTERM in the calling thread, so in every thread started after it: serve takes
 // them on one thread of its own. main calls it before MPI starts its threads.

@@ -34,6 +34,8 @@ constexpr Command kCommands[] = {
     {"chat", "multi-turn chat in the terminal with the model's chat template", sluice::cli::cmd_chat},
     {"logits", "evaluate reference tokens and write logits as JSON", sluice::cli::cmd_logits},
     {"perplexity", "sliding-window perplexity of a text file", sluice::cli::cmd_perplexity},
+    {"route-stats", "routing statistics of a model on a text (reuse, skew, cache hit rates)",
+     sluice::cli::cmd_route_stats},
     {"serve", "OpenAI-compatible HTTP server with continuous batching", sluice::cli::cmd_serve},
     {"render-template", "render a Jinja chat template with a JSON context", sluice::cli::cmd_render_template},
     {"pack-gguf", "write a GGUF from a JSON manifest of metadata and raw tensors", sluice::cli::cmd_pack_gguf},

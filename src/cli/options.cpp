@@ -44,6 +44,13 @@ void check_output(const std::string& path, bool force) {
   if (!force && std::filesystem::exists(path)) fail("'{}' exists: refusing to overwrite it (--force replaces it)", path);
 }
 
+void add_routing_trace_flag(CLI::App& app, ModelFlags& f) {
+  app.add_option("--routing-trace", f.routing_trace,
+                 "write each evaluated token's chosen experts per layer and the router lookahead's "
+                 "prediction to FILE (format: src/experts/routing_trace.h; read by route-stats and "
+                 "bench --replay-routing)");
+}
+
 void add_quiet_flag(CLI::App& app) {
   app.add_flag_callback(
       "-q,--quiet", [] { set_log_level(LogLevel::kWarn); },
@@ -159,6 +166,8 @@ EngineOptions engine_options(const ModelFlags& f) {
   o.debug = f.debug;
   o.kv_type_k = *parse_kv_type(f.cache_type_k);
   o.kv_type_v = *parse_kv_type(f.cache_type_v);
+  o.routing_trace = f.routing_trace;
+  o.replay_routing = f.replay_routing;
   return o;
 }
 

@@ -23,6 +23,8 @@ struct ModelFlags {
   std::string cache_type_k = "f32", cache_type_v = "f32";  // -ctk / -ctv
   std::string stages;          // --stages A:B,C:D (pipeline)
   double stage_timeout = 60;   // --stage-timeout seconds
+  std::string routing_trace;   // --routing-trace FILE (run, bench, perplexity)
+  std::string replay_routing;  // --replay-routing FILE (bench)
 };
 
 // Adds -m/--model (defaulting to the embedded model), -t, -c, --experts and the streaming flags
@@ -30,6 +32,8 @@ struct ModelFlags {
 // --ssd-streaming-preload-experts).
 void add_model_flags(CLI::App& app, ModelFlags& f);
 void add_sampling_flags(CLI::App& app, SamplingOptions& s);
+// --routing-trace FILE: write every evaluated row's expert choice (EngineOptions::routing_trace).
+void add_routing_trace_flag(CLI::App& app, ModelFlags& f);
 // --cache-type-k and --cache-type-v (main.cpp maps -ctk/-ctv to them) (f32, f16, bf16, q8_0, q4_0); inspect shares them.
 void add_kv_type_flags(CLI::App& app, std::string& type_k, std::string& type_v);
 // -q/--quiet: the log level drops to warnings, which silences progress (core/progress.h).

@@ -7,7 +7,6 @@ namespace sluice {
 
 namespace {
 constexpr std::array kModes = {ExpertMode::kAuto, ExpertMode::kRam, ExpertMode::kMmap, ExpertMode::kStream};
-constexpr std::array kPolicies = {EvictionPolicy::kLru, EvictionPolicy::kLfu, EvictionPolicy::kNextUse};
 constexpr std::array kKvTypes = {KvType::kF32, KvType::kF16, KvType::kBF16, KvType::kQ8_0, KvType::kQ4_0};
 constexpr std::array kDraftModes = {DraftMode::kAuto, DraftMode::kNone, DraftMode::kNgram,
                                     DraftMode::kMtp};
@@ -50,7 +49,7 @@ std::optional<ExpertMode> parse_expert_mode(std::string_view name) {
 }
 
 std::optional<EvictionPolicy> parse_eviction_policy(std::string_view name) {
-  for (EvictionPolicy p : kPolicies)
+  for (EvictionPolicy p : kEvictionPolicies)
     if (name == eviction_policy_name(p)) return p;
   return std::nullopt;
 }

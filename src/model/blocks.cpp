@@ -168,6 +168,7 @@ void route(ForwardContext& ctx, int il, const RouterWeights& w, const RouterConf
     if (c.scale != 1.0f)
       for (int k = 0; k < c.n_used; ++k) wt[k] *= c.scale;
   }
+  if (ctx.routing) ctx.routing->routed(il, c.n_used, ids);
 }
 
 namespace {

@@ -87,6 +87,7 @@ void Model::forward_stage(ThreadPool& pool, const Batch& batch, KvCache& kv, Exp
   const int64_t n_streams = residual_streams();
   const int64_t width = n_streams * n_embd;
   ForwardContext ctx{pool, batch, kv, experts, n_tok, hook};
+  ctx.routing = routing_;
   if (first_stage()) {
     x.assign(n_tok * width, 0.0f);
     const uint64_t row = token_embd_.row_bytes();
@@ -101,12 +102,14 @@ void Model::forward_stage(ThreadPool& pool, const Batch& batch, KvCache& kv, Exp
          layer_end(), n_tok, width, n_tok * width);
   }
 
+  if (routing_) routing_->begin_forward(batch);
   begin_forward(ctx);
   for (int il = layer_begin(); il < layer_end(); ++il) {
     layer(ctx, il, x.data());
     ctx.issue_lookahead();
     if (n_streams == 1) ctx.dump("l_out", il, x.data(), n_embd);
   }
+  if (routing_) routing_->end_forward();
   for (const auto& [s, end] : seq_end) kv.set_length(s, std::max(kv.length(s), end));
   if (!last_stage()) {
     logits.clear();
@@ -287,18 +290,22 @@ void Model::set_lookahead(int il, const Tensor& norm, const Tensor& gate_inp, co
 
 void Model::prefetch_next(ForwardContext& ctx, int il, const float* x) {
   const int next = il + 1;
+  const bool tapped = ctx.routing && ctx.routing->wants_predictions();
   // The next stage's layers are streamed by that stage's own store.
-  if (!prefetch_ || next >= layer_end() || next >= static_cast<int>(lookahead_.size()) || !lookahead_[next].gate_inp) return;
+  if ((!prefetch_ && !tapped) || next >= layer_end() ||
+      next >= static_cast<int>(lookahead_.size()) || !lookahead_[next].gate_inp)
+    return;
   const LookaheadRouter& r = lookahead_[next];
   const int64_t n_embd = hp_.n_embd;
   const int n_exp = static_cast<int>(r.gate_inp.ne[1]);
+  const int k = hp_.n_expert_used;
   std::vector<float> xn(ctx.n_tok * n_embd), logits(ctx.n_tok * n_exp);
   for (int64_t t = 0; t < ctx.n_tok; ++t) rmsnorm(x + t * n_embd, r.norm.f32(), xn.data() + t * n_embd, n_embd, hp_.rms_eps);
   matmul(ctx.pool, r.gate_inp.mat(), xn.data(), ctx.n_tok, logits.data());
   // Every gate score is monotonic in the logit, so the top-k of the logits is the predicted choice
   // unless a selection bias is added to the scores (DeepSeek V3/V4, GLM): then score with
   // gate_scores() and rank as route() does, less the group limit.
-  std::vector<uint8_t> chosen(n_exp, 0);
+  std::vector<int32_t> ranked(ctx.n_tok * k);  // (n_tok, k) each token's prediction, best first
   std::vector<int32_t> order(n_exp);
   std::vector<float> scores(n_exp);
   for (int64_t t = 0; t < ctx.n_tok; ++t) {
@@ -309,16 +316,20 @@ void Model::prefetch_next(ForwardContext& ctx, int il, const float* x) {
       add_inplace(l, r.exp_probs_b.f32(), n_exp);
     }
     for (int e = 0; e < n_exp; ++e) order[e] = e;
-    std::partial_sort(order.begin(), order.begin() + hp_.n_expert_used, order.end(),
+    std::partial_sort(order.begin(), order.begin() + k, order.end(),
                       [&](int32_t a, int32_t b) { return l[a] > l[b]; });
-    for (int k = 0; k < hp_.n_expert_used; ++k) chosen[order[k]] = 1;
+    std::copy_n(order.begin(), k, ranked.begin() + t * k);
   }
+  if (ctx.routing) ctx.routing->predicted(next, k, ranked.data());
+  if (!prefetch_) return;
   // One token: its top-k in rank order, so the store can weigh each rank by its measured
   // precision. Several tokens: the union.
   std::vector<int32_t> ids;
   if (ctx.n_tok == 1) {
-    ids.assign(order.begin(), order.begin() + hp_.n_expert_used);
+    ids = std::move(ranked);
   } else {
+    std::vector<uint8_t> chosen(n_exp, 0);
+    for (const int32_t e : ranked) chosen[e] = 1;
     for (int e = 0; e < n_exp; ++e)
       if (chosen[e]) ids.push_back(e);
   }

@@ -17,6 +17,7 @@
 #include "experts/expert_store.h"
 #include "kv/kv_cache.h"
 #include "model/hparams.h"
+#include "model/routing_tap.h"
 #include "tensor/tensor.h"
 
 namespace sluice {
@@ -74,6 +75,8 @@ struct ForwardContext {
   // skipping their experts spares a catch-up over many positions from reading (streaming) nearly
   // every expert of the block. The skipped rows' FFN output is left as the buffer held it.
   const uint8_t* ffn_rows = nullptr;
+  // Routing trace writer or replay (Model::set_routing_tap); null: none.
+  RoutingTap* routing = nullptr;
   void issue_lookahead() {
     if (lookahead.il < 0) return;
     experts.prefetch(lookahead.il, lookahead.ids, lookahead.hint);
@@ -90,6 +93,9 @@ class Model {
   // Router lookahead: before layer il's experts run, predict layer il+1's experts from the
   // current hidden state and let the store start reading them.
   void set_prefetch(bool on) { prefetch_ = on; }
+  // Every main-layer forward pass reports its routing to `tap` (null: none), which may replace it
+  // (replay). The tap must outlive the passes.
+  void set_routing_tap(RoutingTap* tap) { routing_ = tap; }
 
   // Pipeline stage: this model runs only layers [begin, end) (end −1: the last layer). The first
   // stage embeds tokens, the last applies the output head; a stage's KV cache and expert layout
@@ -204,6 +210,7 @@ class Model {
   ExpertLayout expert_layout_;
   std::vector<LookaheadRouter> lookahead_;  // per layer; empty tensors for dense layers
   bool prefetch_ = false;
+  RoutingTap* routing_ = nullptr;
   int layer_begin_ = 0;
   int layer_end_ = -1;  // −1: n_layer
   int n_mtp_file_ = 0;  // take_mtp_layers sets it from nextn_predict_layers

@@ -16,6 +16,7 @@
 #include "runtime/expert_setup.h"
 #include "runtime/kv_state.h"
 #include "runtime/mtp_draft.h"
+#include "runtime/routing_taps.h"
 #include "sluice/sluice.h"
 #include "tokenizer/tokenizer.h"
 
@@ -36,6 +37,35 @@ ExpertsLease::ExpertsLease(Engine::Impl& engine, const char* user) : busy_(engin
          "evaluating on another thread)",
          user);
 }
+
+namespace {
+
+// The routing trace writer or replay of EngineOptions, installed on the model; returns what it
+// does in words for ModelInfo::routing.
+std::string install_routing_tap(Engine::Impl& e) {
+  const EngineOptions& o = e.options;
+  if (o.routing_trace.empty() && o.replay_routing.empty()) return "";
+  if (!o.routing_trace.empty() && !o.replay_routing.empty())
+    fail("--routing-trace and --replay-routing together: a replayed run's routing is the trace's");
+  if (e.link) fail("routing traces are not written or replayed in a pipeline (a stage sees only its layers)");
+  const HParams& hp = e.model->hparams();
+  std::vector<int> routed;
+  for (int il = 0; il < hp.n_layer; ++il)
+    if (e.model->expert_layout().has_layer(il)) routed.push_back(il);
+  if (routed.empty())
+    fail("{}: the model routes no experts", o.routing_trace.empty() ? o.replay_routing : o.routing_trace);
+  std::string what;
+  if (!o.replay_routing.empty()) {
+    e.routing = make_routing_replay(o.replay_routing, hp.n_expert, hp.n_expert_used, routed, &what);
+  } else {
+    e.routing = make_trace_recorder(o.routing_trace, hp.n_layer, hp.n_expert, hp.n_expert_used, true);
+    what = fmt::format("routing trace written to {}", o.routing_trace);
+  }
+  e.model->set_routing_tap(e.routing.get());
+  return what;
+}
+
+}  // namespace
 
 std::unique_ptr<Engine> Engine::load(const EngineOptions& o) {
   Timer timer;
@@ -79,6 +109,7 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& o) {
       o.n_threads > 0 ? o.n_threads : threads_for_work(default_thread_count(), token_bytes));
   impl->experts = make_expert_store(*impl->file, *impl->model, o, plan, impl->mtp_file.get());
   impl->model->set_prefetch(o.prefetch && plan.memory.placement == Placement::kStream);
+  impl->info.routing = install_routing_tap(*impl);
 
   ModelInfo& mi = impl->info;
   mi.architecture = hp.arch;

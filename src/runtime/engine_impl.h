@@ -30,6 +30,8 @@ struct Engine::Impl {
   // on the cache (and the thread pool).
   std::unique_ptr<ExpertStore> experts;
   std::atomic<bool> experts_busy{false};
+  // EngineOptions::routing_trace / replay_routing; the model calls it during forward passes.
+  std::unique_ptr<RoutingTap> routing;
   ModelInfo info;
   std::shared_ptr<StageLink> link;  // pipeline stages; null: the whole model here
   int n_ctx = 0;  // per-session context

@@ -1,0 +1,54 @@
+// The expert cache simulated on a request sequence, without I/O: how often each eviction policy
+// of the streaming store (the engine's own Evictor classes, driven as StreamStore drives them)
+// and Belady's offline optimum would find a requested expert in memory. `sluice route-stats`
+// runs it on routing traces; the retuning of the store's defaults is judged against it.
+//
+// The model: one cache of n_slots experts shared by every layer (one size class, as for files
+// whose experts are all alike). Requests come one layer at a time, in the order decode makes
+// them: each row of the trace walks its routed layers in order. A request's experts are pinned
+// until it ends, so one request never evicts its own experts; a miss fills an empty slot, else
+// evicts the unpinned expert the policy values least (Belady: the one used farthest in the
+// future, or never). No prefetch and no timing: a hit is an expert already in memory.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "sluice/types.h"
+
+namespace sluice {
+
+// The layer requests in order: request i asks layer[i] for ids[begin[i] .. begin[i+1]).
+struct CacheRequests {
+  int n_layer = 0;
+  int n_expert = 0;
+  std::vector<int32_t> layer;
+  std::vector<uint32_t> begin{0};
+  std::vector<int32_t> ids;
+  void add(int il, const int32_t* e, int n) {
+    layer.push_back(il);
+    ids.insert(ids.end(), e, e + n);
+    begin.push_back(static_cast<uint32_t>(ids.size()));
+  }
+  size_t size() const { return layer.size(); }
+};
+
+struct CacheSimResult {
+  // Counted from the first request after the cache was full (warm-up excluded, as published
+  // figures are), or from the start when it never fills.
+  uint64_t requests = 0, hits = 0;
+  std::vector<uint64_t> layer_requests, layer_hits;  // per layer, same counting
+  uint64_t warmup_requests = 0;                      // layer requests before counting began
+  double hit_rate() const { return requests ? static_cast<double>(hits) / requests : 0.0; }
+  double layer_hit_rate(int il) const {
+    return layer_requests[il] ? static_cast<double>(layer_hits[il]) / layer_requests[il] : 0.0;
+  }
+};
+
+// One of the store's policies. Throws when n_slots is smaller than the largest request (its
+// experts must fit together).
+CacheSimResult simulate_cache(const CacheRequests& reqs, int n_slots, EvictionPolicy policy);
+// Belady's offline optimum on the same model: the best any policy could do without prefetch.
+CacheSimResult simulate_belady(const CacheRequests& reqs, int n_slots);
+
+}  // namespace sluice
