@@ -91,16 +91,15 @@ void print_tables(const RoutingStats& st, const RoutingStats& uni) {
   const size_t half =
       std::find(kCacheFractions.begin(), kCacheFractions.end(), 0.5) - kCacheFractions.begin();
   fmt::print("\nper layer (%; hit rates with a 50 % cache)\n");
-  fmt::print("{:>5} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6}\n", "layer", "prev",
-             "in 8", "50 %", "90 %", "lru", "lfu", "nextus", "belady", "lookah");
+  fmt::print("{:>5} {:>6} {:>6} {:>6} {:>6}", "layer", "prev", "in 8", "50 %", "90 %");
+  for (const auto& [policy, rates] : o.hit_rate) fmt::print(" {:>7}", policy.substr(0, 7));
+  fmt::print(" {:>7}\n", "lookah");
   for (const int il : st.routed_layers) {
     const RoutingFigures& f = st.layers[il];
-    fmt::print("{:>5} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6}\n", il,
-               pct(f.reuse_prev), pct(f.reuse_within_8), pct(f.experts_share_50),
-               pct(f.experts_share_90), pct(f.hit_rate.at("lru")[half]),
-               pct(f.hit_rate.at("lfu")[half]), pct(f.hit_rate.at("nextuse")[half]),
-               pct(f.hit_rate.at("belady")[half]),
-               f.has_lookahead ? pct(f.lookahead_precision) : "  -");
+    fmt::print("{:>5} {:>6} {:>6} {:>6} {:>6}", il, pct(f.reuse_prev), pct(f.reuse_within_8),
+               pct(f.experts_share_50), pct(f.experts_share_90));
+    for (const auto& [policy, rates] : f.hit_rate) fmt::print(" {:>7}", pct(rates[half]));
+    fmt::print(" {:>7}\n", f.has_lookahead ? pct(f.lookahead_precision) : "-");
   }
 }
 

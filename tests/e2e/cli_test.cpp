@@ -37,16 +37,41 @@ TEST(Cli, PerplexityMatchesPyTorchWithinOnePercent) {
   ASSERT_TRUE(in) << "models/sluice-tiny-moe.eval.json is missing";
   const auto ref = nlohmann::json::parse(in);
   const auto& proto = ref["protocol"];
-  const Result r = run(("perplexity -m " + kModel + " -f " + kSource + "/" + ref["text"].get<std::string>() +
-                                " --window " + std::to_string(proto["ctx"].get<int>()) + " --stride " +
-                                std::to_string(proto["stride"].get<int>()) + " --json"));
+  const Result r =
+      run(("perplexity -m " + kModel + " -f " + kSource + "/" + ref["text"].get<std::string>() +
+           " --window " + std::to_string(proto["ctx"].get<int>()) + " --stride " +
+           std::to_string(proto["stride"].get<int>()) + " --json"));
   ASSERT_EQ(r.status, 0) << r.out;
   const auto line = r.out.substr(r.out.rfind('{'));
   const auto got = nlohmann::json::parse(line);
   EXPECT_EQ(got["n_scored"].get<int64_t>(), ref["n_scored"].get<int64_t>());
   const double ours = got["perplexity"].get<double>(), theirs = ref["perplexity"].get<double>();
-  std::printf("perplexity: sluice %.4f, PyTorch %.4f (%.3f %%)\n", ours, theirs, 100.0 * (ours - theirs) / theirs);
+  std::printf("perplexity: sluice %.4f, PyTorch %.4f (%.3f %%)\n", ours, theirs,
+              100.0 * (ours - theirs) / theirs);
   EXPECT_NEAR(ours, theirs, 0.01 * theirs);
+}
+
+// sluice-moe-128 (models/README.md): held-out perplexity of each domain's committed sample, as
+// evaluate.py computed it from the GGUF weights, within 1 %.
+TEST(Cli, MoE128PerplexityPerDomainMatchesPyTorchWithinOnePercent) {
+  std::ifstream in(kSource + "/models/sluice-moe-128.eval.json");
+  ASSERT_TRUE(in) << "models/sluice-moe-128.eval.json is missing";
+  const auto refs = nlohmann::json::parse(in);
+  ASSERT_EQ(refs.size(), 3u);
+  for (const auto& ref : refs) {
+    const auto& proto = ref["protocol"];
+    const Result r = run("perplexity -m " + kSource + "/" + ref["model"].get<std::string>() +
+                         " -f " + kSource + "/" + ref["text"].get<std::string>() + " --window " +
+                         std::to_string(proto["ctx"].get<int>()) + " --stride " +
+                         std::to_string(proto["stride"].get<int>()) + " --json");
+    ASSERT_EQ(r.status, 0) << r.out;
+    const auto got = nlohmann::json::parse(r.out.substr(r.out.rfind('{')));
+    EXPECT_EQ(got["n_scored"].get<int64_t>(), ref["n_scored"].get<int64_t>());
+    const double ours = got["perplexity"].get<double>(), theirs = ref["perplexity"].get<double>();
+    std::printf("%s: sluice %.4f, PyTorch %.4f (%.3f %%)\n", ref["text"].get<std::string>().c_str(),
+                ours, theirs, 100.0 * (ours - theirs) / theirs);
+    EXPECT_NEAR(ours, theirs, 0.01 * theirs) << ref["text"];
+  }
 }
 
 TEST(Cli, RunPrintsAContinuation) {
@@ -75,18 +100,25 @@ TEST(Cli, ContextPastTheTrainedLengthIsAllowedWithAWarningAndAFullContextIsRepor
   // The tiny model was trained at 128 positions.
   Result r = run("run -m " + kModel + " -p \"In the beginning\" -n 150 --temp 0 -c 256");
   ASSERT_EQ(r.status, 0) << r.out;
-  EXPECT_NE(r.out.find("warning: context 256 exceeds the model's trained context 128"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("warning: context 256 exceeds the model's trained context 128"),
+            std::string::npos)
+      << r.out;
   EXPECT_NE(r.out.find("decode: 150 tokens"), std::string::npos) << r.out;
   r = run("run -m " + kModel + " -p \"In the beginning\" -n 200 --temp 0");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_EQ(r.out.find("warning: context"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("generation stopped after 125 of 200 tokens: the context of 128 tokens is full"), std::string::npos) << r.out;
+  EXPECT_NE(
+      r.out.find("generation stopped after 125 of 200 tokens: the context of 128 tokens is full"),
+      std::string::npos)
+      << r.out;
 }
 
 TEST(Cli, BenchDefaultsFitTheModel) {
   const Result r = run("bench -m " + kModel + " -r 1 --no-warmup -o csv");
   ASSERT_EQ(r.status, 0) << r.out;
-  EXPECT_NE(r.out.find("test of 512 tokens shortened to 127 to fit the context of 128"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("test of 512 tokens shortened to 127 to fit the context of 128"),
+            std::string::npos)
+      << r.out;
   EXPECT_NE(r.out.find("pp127"), std::string::npos) << r.out;
 }
 
@@ -106,7 +138,9 @@ TEST(Cli, FlagsSpelledAsInLlamaCppAndArgumentErrorsExit2NamingTheFlag) {
   // -np goes to --parallel, whose range check names it.
   r = run("serve -m " + kModel + " -np 0");
   EXPECT_EQ(r.status, 2) << r.out;
-  EXPECT_NE(r.out.find("sluice serve: --parallel: Value 0 not in range 1 to 256"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("sluice serve: --parallel: Value 0 not in range 1 to 256"),
+            std::string::npos)
+      << r.out;
   r = run("run -m " + kModel + " -p hi --top-p 2");
   EXPECT_EQ(r.status, 2) << r.out;
   EXPECT_NE(r.out.find("sluice run: --top-p: Value 2 not in range"), std::string::npos) << r.out;
@@ -116,11 +150,20 @@ TEST(Cli, FlagsSpelledAsInLlamaCppAndArgumentErrorsExit2NamingTheFlag) {
   // Contradictory flags.
   r = run("run -m " + kModel + " -p hi --ssd-streaming --experts ram");
   EXPECT_EQ(r.status, 2) << r.out;
-  EXPECT_NE(r.out.find("sluice run: --ssd-streaming: streams experts, but --experts ram was also given"), std::string::npos) << r.out;
+  EXPECT_NE(
+      r.out.find("sluice run: --ssd-streaming: streams experts, but --experts ram was also given"),
+      std::string::npos)
+      << r.out;
   r = run("run -m " + kModel + " -p hi --experts mmap --ssd-streaming-cache-experts 1MiB");
   EXPECT_EQ(r.status, 2) << r.out;
-  EXPECT_NE(r.out.find("--ssd-streaming-cache-experts: sizes the streaming cache, which --experts mmap does not use"), std::string::npos) << r.out;
-  r = run("run -m " + kModel + " -p hi --experts stream --ssd-streaming-cache-experts 2GiB --mem-limit 1GiB");
+  EXPECT_NE(r.out.find("--ssd-streaming-cache-experts: sizes the streaming cache, which --experts "
+                       "mmap does not use"),
+            std::string::npos)
+      << r.out;
+  r = run("run -m " + kModel +
+          " -p hi --experts stream --ssd-streaming-cache-experts 2GiB --mem-limit 1GiB");
   EXPECT_EQ(r.status, 2) << r.out;
-  EXPECT_NE(r.out.find("--ssd-streaming-cache-experts: 2GiB is larger than --mem-limit 1GiB"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--ssd-streaming-cache-experts: 2GiB is larger than --mem-limit 1GiB"),
+            std::string::npos)
+      << r.out;
 }

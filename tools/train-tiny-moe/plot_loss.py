@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """Draw train.py's loss.csv as a small standalone SVG (no plotting library on the machine):
-train loss as a line, held-out loss as dots, against tokens seen."""
+train loss as a line, held-out loss as dots (one colour per domain when the CSV has
+heldout_<domain> columns), against tokens seen."""
 import argparse
 import csv
 import math
@@ -15,7 +16,11 @@ def main():
         rows = list(csv.DictReader(f))
     tokens = [int(r["tokens"]) for r in rows]
     train = [float(r["train_loss"]) for r in rows]
-    held = [(int(r["tokens"]), float(r["heldout_loss"])) for r in rows if r["heldout_loss"]]
+    domains = [c[len("heldout_"):] for c in rows[0] if c.startswith("heldout_") and c != "heldout_loss"]
+    series = {d: [(int(r["tokens"]), float(r["heldout_" + d])) for r in rows if r["heldout_" + d]]
+              for d in domains} or {"": [(int(r["tokens"]), float(r["heldout_loss"]))
+                                         for r in rows if r["heldout_loss"]]}
+    held = [p for pts in series.values() for p in pts]
 
     w, h, ml, mr, mt, mb = 640, 360, 56, 16, 24, 44
     x_max = max(tokens)
@@ -39,12 +44,16 @@ def main():
                f'transform="rotate(-90 14 {(mt + h - mb) / 2})">cross-entropy (nats/token)</text>')
     pts = " ".join(f"{sx(t):.1f},{sy(v):.1f}" for t, v in zip(tokens, train))
     out.append(f'<polyline points="{pts}" fill="none" stroke="#1f77b4" stroke-width="1.5"/>')
-    for t, v in held:
-        out.append(f'<circle cx="{sx(t):.1f}" cy="{sy(v):.1f}" r="3" fill="#d62728"/>')
+    colours = ["#d62728", "#2ca02c", "#9467bd", "#ff7f0e"]
     out.append(f'<line x1="{w - 190}" x2="{w - 170}" y1="{mt + 6}" y2="{mt + 6}" stroke="#1f77b4" stroke-width="1.5"/>')
     out.append(f'<text x="{w - 165}" y="{mt + 10}">train (mean of 10 steps)</text>')
-    out.append(f'<circle cx="{w - 180}" cy="{mt + 22}" r="3" fill="#d62728"/>')
-    out.append(f'<text x="{w - 165}" y="{mt + 26}">held-out (4096 tokens)</text>')
+    for i, (name, pts) in enumerate(series.items()):
+        c = colours[i % len(colours)]
+        for t, v in pts:
+            out.append(f'<circle cx="{sx(t):.1f}" cy="{sy(v):.1f}" r="3" fill="{c}"/>')
+        y = mt + 22 + 16 * i
+        out.append(f'<circle cx="{w - 180}" cy="{y}" r="3" fill="{c}"/>')
+        out.append(f'<text x="{w - 165}" y="{y + 4}">held-out{" " + name if name else ""} (4096 tokens)</text>')
     out.append("</svg>")
     with open(args.svg, "w") as f:
         f.write("\n".join(out) + "\n")

@@ -99,6 +99,7 @@ def main():
     ap.add_argument("--eval-every", type=int, default=50)
     ap.add_argument("--eval-tokens", type=int, default=4096)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--init", default="", help="start from this checkpoint's weights (fresh optimizer)")
     args = ap.parse_args()
 
     fast_cpu_setup(args.threads)
@@ -117,6 +118,8 @@ def main():
     held_streams = {k: v[:args.eval_tokens + 1]
                     for k, v in load_streams(args.data, "heldout", tok).items()}
     model = TinyMoE(cfg)
+    if args.init:
+        model.load_state_dict(torch.load(args.init, map_location="cpu")["model"])
     n_params = sum(p.numel() for p in model.parameters())
     print(f"params {n_params:,}; train tokens " +
           ", ".join(f"{k} {len(v):,}" for k, v in sorted(train_streams.items())), flush=True)
