@@ -25,10 +25,15 @@ struct ModelFlags {
   double stage_timeout = 60;   // --stage-timeout seconds
 };
 
-// Adds -m/--model (defaulting to the embedded model), -t, -c, --experts and the streaming flags
+// Adds the model (defaulting to the shipped model), -t, -c, --experts and the streaming flags
 // (ds4-compatible names: --ssd-streaming, --ssd-streaming-cache-experts, --ssd-streaming-cold,
 // --ssd-streaming-preload-experts).
 void add_model_flags(CLI::App& app, ModelFlags& f);
+// The model file every model command takes the same way: `-m FILE` or the first argument
+// (`sluice run MODEL -p ...`), default the shipped model (default_model_path()).
+void add_model_option(CLI::App& app, std::string& path);
+// A byte-size flag value ("4GB", "512MiB", bytes): a bad one is an argument error (exit 2).
+CLI::Validator byte_size();
 void add_sampling_flags(CLI::App& app, SamplingOptions& s);
 // --cache-type-k and --cache-type-v (main.cpp maps -ctk/-ctv to them) (f32, f16, bf16, q8_0, q4_0); inspect shares them.
 void add_kv_type_flags(CLI::App& app, std::string& type_k, std::string& type_v);
@@ -56,8 +61,5 @@ void check_output(const std::string& path, bool force);
 // The model shipped with sluice: $SLUICE_MODEL, else models/sluice-tiny-moe.gguf next to the
 // source tree the binary was built from, else relative to the working directory.
 std::string default_model_path();
-// --session / chat /load: restores `path` into the session when it exists and fits (saying so on
-// stderr), else says why it starts fresh; a file that is not a valid state throws sluice::Error.
-void restore_session(Session& session, const std::string& path);
 
 }  // namespace sluice::cli
