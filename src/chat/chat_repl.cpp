@@ -123,8 +123,15 @@ void ChatRepl::command(const std::string& name, const std::string& arg) {
       return;
     }
     n = static_cast<int>(v);
+    const int old_ctx = session_->n_ctx();
     session_.reset();  // free the old KV cache before allocating the new one
-    session_ = engine_.new_session(n);
+    try {
+      session_ = engine_.new_session(n);
+    } catch (...) {
+      // The conversation needs a session: the old size again (its cache is evaluated anew).
+      session_ = engine_.new_session(old_ctx);
+      throw;
+    }
     const int n_train = engine_.info().n_ctx_train;
     out_ << fmt::format("context is now {} tokens{}: new session, the cache is empty; the conversation ({} messages) "
                         "is kept and evaluated again next turn\n",

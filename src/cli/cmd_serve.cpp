@@ -86,7 +86,8 @@ int cmd_serve(int argc, char** argv) {
 
   EngineOptions eo = engine_options(mf);
   eo.kv_slots = so.scheduler.n_parallel;  // the memory plan counts every slot's KV cache
-  eo.overhead_bytes = server::memory_overhead(so);  // and the server's own threads
+  // and the server's own threads, on the stage that serves HTTP
+  eo.overhead_bytes = pipeline_rank() == 0 ? server::memory_overhead(so) : 0;
   // A pipeline verifies no drafts.
   set_engine_draft(eo, df, so.scheduler.draft, pipeline_size() == 1);
   apply_pipeline(mf, eo);
