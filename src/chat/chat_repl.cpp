@@ -193,9 +193,10 @@ std::string ChatRepl::load_state(const std::string& path) {
   const std::string why = session_->load(path, &data);
   if (!why.empty()) return why;
   nlohmann::ordered_json m = nlohmann::ordered_json::parse(data, nullptr, false);
+  // A run's file: not restored, so that --session leaves it as it was (as run does a chat's).
   if (!m.is_array()) {
     session_->clear();
-    fail("'{}' holds no chat conversation (saved by `sluice run`?)", path);
+    return fmt::format("'{}' holds no chat conversation (sluice run --session continues it)", path);
   }
   messages_ = std::move(m);
   out_ << fmt::format("restored {} messages ({} tokens) from '{}'\n", messages_.size(), session_->tokens().size(), path);

@@ -82,7 +82,13 @@ int cmd_run(int argc, char** argv) {
   // A restored session is continued: the prompt follows its text (no second BOS), so only the
   // prompt is evaluated and the output goes on from there.
   const bool continued = session_file.restore([&](const std::string& path) {
-    const std::string why = session->load(path);
+    std::string conversation;
+    std::string why = session->load(path, &conversation);
+    // A chat's file holds its conversation too, which run would not save back.
+    if (why.empty() && !conversation.empty()) {
+      session->clear();
+      why = fmt::format("'{}' holds a chat conversation (sluice chat --session continues it)", path);
+    }
     if (why.empty())
       SLUICE_LOG_INFO("session: restored {} tokens from '{}'; the prompt continues them", session->tokens().size(), path);
     return why;

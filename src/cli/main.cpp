@@ -81,7 +81,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string_view first = argv[1];
-  if (first == "--help" || first == "-h" || (first == "help" && argc == 2)) {
+  if (first == "--help" || first == "-h" ||
+      (first == "help" && (argc == 2 || (argc == 3 && std::string_view(argv[2]) == "help")))) {
     usage(stdout);
     return 0;
   }

@@ -155,6 +155,8 @@ TEST(Cli, HelpGoesToStandardOutput) {
   EXPECT_GE(std::stoi(r.out), 12) << r.out;
   r = run("help 2>/dev/null | grep 'generate text from a prompt'");
   EXPECT_EQ(r.status, 0) << r.out;
+  r = run("help help 2>/dev/null | grep 'generate text from a prompt'");
+  EXPECT_EQ(r.status, 0) << r.out;
   r = run("help run 2>/dev/null | grep -e '--session-overwrite'");
   EXPECT_EQ(r.status, 0) << r.out;
   r = run("help serve 2>/dev/null | grep -e '--max-reading-per-client'");

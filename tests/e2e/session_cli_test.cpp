@@ -123,3 +123,28 @@ TEST(SessionCli, RunContinuesTheSavedText) {
   EXPECT_LE(evaluated, 3) << r.out;
   EXPECT_EQ(number(r.out, R"(session: saved (\d+) tokens)"), first + evaluated + 5) << r.out;
 }
+
+// A chat's session file is not continued by run, which would save it back without the
+// conversation; nor a run's by chat, which has no conversation to take from it.
+TEST(SessionCli, RunAndChatLeaveEachOthersSessionAlone) {
+  const fs::path file = fresh("chat.session");
+  const std::string f = file.string();
+  auto r = sh("printf 'Hello\\n' | " + kBin + "chat -m " + kModel + " --temp 0 -n 4 --session " + f);
+  ASSERT_EQ(r.status, 0) << r.out;
+  const std::string saved = read_file(file);
+  ASSERT_FALSE(saved.empty()) << r.out;
+  r = sh(kBin + "run -m " + kModel + " --session " + f + " -p ' and' -n 2 --temp 0");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("holds a chat conversation (sluice chat --session continues it)"), std::string::npos) << r.out;
+  EXPECT_EQ(read_file(file), saved);
+  const fs::path run_file = fresh("run.session");
+  const std::string rf = run_file.string();
+  r = sh(kBin + "run -m " + kModel + " --session " + rf + " -p 'Once' -n 2 --temp 0");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const std::string run_saved = read_file(run_file);
+  ASSERT_FALSE(run_saved.empty()) << r.out;
+  r = sh("printf 'Hello\\n' | " + kBin + "chat -m " + kModel + " --temp 0 -n 2 --session " + rf);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("holds no chat conversation (sluice run --session continues it)"), std::string::npos) << r.out;
+  EXPECT_EQ(read_file(run_file), run_saved);
+}
