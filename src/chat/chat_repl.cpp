@@ -72,8 +72,9 @@ bool ChatRepl::handle_line(const std::string& raw) {
   std::string line = raw;
   while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
   if (trim(line).empty()) return true;
+  // A message that fails (or a /read that sends one) may have added it and shifted turns out.
+  const nlohmann::ordered_json before = messages_;
   if (line.rfind("//", 0) == 0 || line[0] != '/') {  // "//text" sends "/text" as a message
-    const nlohmann::ordered_json before = messages_;
     try {
       send(line[0] == '/' ? line.substr(1) : line);
     } catch (const Error& e) {  // worded for the user already
@@ -94,6 +95,7 @@ bool ChatRepl::handle_line(const std::string& raw) {
   try {
     command(name, arg);
   } catch (const std::exception& e) {
+    messages_ = before;
     err_ << fmt::format("{}: {}\n", name, e.what());
   }
   return true;

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <regex>
 #include <string>
 
@@ -147,4 +148,19 @@ TEST(SessionCli, RunAndChatLeaveEachOthersSessionAlone) {
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("holds no chat conversation (sluice run --session continues it)"), std::string::npos) << r.out;
   EXPECT_EQ(read_file(run_file), run_saved);
+}
+
+// A /read whose file does not fit the context fails after the context shift has dropped the older
+// turns to make room: the conversation is put back as it was, not left holding only the file.
+TEST(SessionCli, AFailedReadLeavesTheConversationAsItWas) {
+  const fs::path big = fresh("big.txt");
+  std::string words;
+  for (int i = 0; i < 300; ++i) words += "and the earth was without form ";
+  std::ofstream(big) << words;
+  const auto r = sh("printf 'Once upon a time\\n/read " + big.string() + "\\n/stats\\n' | " + kBin + "chat -m " +
+                    kModel + " --temp 0 -n 4 -c 64 -t 2");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("the context holds 64"), std::string::npos) << r.out;
+  EXPECT_EQ(number(r.out, R"(session: (\d+) turns)"), 1) << r.out;
+  EXPECT_EQ(number(r.out, R"(cached; (\d+) messages)"), 2) << r.out;
 }
