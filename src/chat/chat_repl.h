@@ -75,8 +75,9 @@ class ChatRepl {
   const nlohmann::ordered_json& messages() const { return messages_; }
   const TurnStats& last_turn() const { return last_; }
   // The conversation and its KV state to a file, and back (/save FILE, /load FILE, --session).
-  // load_state returns why a file that does not fit was not restored ("" when it was); a file
-  // that is not a valid state throws sluice::Error.
+  // load_state returns why a file that does not fit was not restored ("" when it was; a run's
+  // file, which holds no conversation, does not fit); a file that is not a valid state throws
+  // sluice::Error.
   void save_state(const std::string& path);
   std::string load_state(const std::string& path);
 
