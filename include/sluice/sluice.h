@@ -29,6 +29,9 @@ struct EngineOptions {
   int n_threads = 0;          // 0: one per physical core available to the process
   int n_ctx = 0;              // per-session context; 0: the training context, at most 4096 (larger: a warning)
   int kv_slots = 1;           // sequences the memory plan reserves a full KV cache for (serve: --parallel)
+  // Memory the front end needs beside the engine (serve: its HTTP worker threads), which the
+  // memory plan sets aside before it sizes the expert cache.
+  uint64_t overhead_bytes = 0;
   ExpertMode experts = ExpertMode::kAuto;
   uint64_t cache_bytes = 0;      // expert cache for stream mode; 0: sized from the memory budget
   uint64_t mem_limit = 0;        // memory budget; 0: detected (cgroup limit, MemAvailable)

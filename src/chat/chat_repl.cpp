@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -71,19 +72,32 @@ bool ChatRepl::handle_line(const std::string& raw) {
   std::string line = raw;
   while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
   if (trim(line).empty()) return true;
-  if (line.rfind("//", 0) == 0) {  // "//text" sends "/text" as a message
-    send(line.substr(1));
-    return true;
-  }
-  if (line[0] != '/') {
-    send(line);
+  // A message that fails (or a /read that sends one) may have added it and shifted turns out.
+  const nlohmann::ordered_json before = messages_;
+  if (line.rfind("//", 0) == 0 || line[0] != '/') {  // "//text" sends "/text" as a message
+    try {
+      send(line[0] == '/' ? line.substr(1) : line);
+    } catch (const Error& e) {  // worded for the user already
+      messages_ = before;
+      err_ << e.what() << "\n";
+    } catch (const std::exception& e) {
+      messages_ = before;
+      err_ << fmt::format("the message failed: {} (the conversation is as it was)\n", e.what());
+    }
     return true;
   }
   const size_t sp = line.find_first_of(" \t");
   const std::string name = line.substr(0, sp);
   const std::string arg = sp == std::string::npos ? "" : trim(line.substr(sp + 1));
   if (name == "/quit" || name == "/exit") return false;
-  command(name, arg);
+  // Whatever a command runs into (a file that is a directory, memory for a /ctx that is too
+  // large), the conversation is worth more than the command: report it and read the next line.
+  try {
+    command(name, arg);
+  } catch (const std::exception& e) {
+    messages_ = before;
+    err_ << fmt::format("{}: {}\n", name, e.what());
+  }
   return true;
 }
 
@@ -111,8 +125,15 @@ void ChatRepl::command(const std::string& name, const std::string& arg) {
       return;
     }
     n = static_cast<int>(v);
+    const int old_ctx = session_->n_ctx();
     session_.reset();  // free the old KV cache before allocating the new one
-    session_ = engine_.new_session(n);
+    try {
+      session_ = engine_.new_session(n);
+    } catch (...) {
+      // The conversation needs a session: the old size again (its cache is evaluated anew).
+      session_ = engine_.new_session(old_ctx);
+      throw;
+    }
     const int n_train = engine_.info().n_ctx_train;
     out_ << fmt::format("context is now {} tokens{}: new session, the cache is empty; the conversation ({} messages) "
                         "is kept and evaluated again next turn\n",
@@ -121,6 +142,11 @@ void ChatRepl::command(const std::string& name, const std::string& arg) {
   } else if (name == "/read") {
     if (arg.empty()) {
       err_ << "/read: give a file name: /read FILE\n";
+      return;
+    }
+    std::error_code ec;
+    if (std::filesystem::is_directory(arg, ec)) {
+      err_ << fmt::format("/read: '{}' is a directory; nothing sent\n", arg);
       return;
     }
     std::ifstream f(arg, std::ios::binary);
@@ -145,11 +171,10 @@ void ChatRepl::command(const std::string& name, const std::string& arg) {
       err_ << fmt::format("{}: give a file name: {} FILE\n", name, name);
       return;
     }
-    try {
-      if (name == "/save") save_state(arg);
-      else load_state(arg);
-    } catch (const Error& e) {
-      err_ << fmt::format("{}: {}\n", name, e.what());
+    if (name == "/save") {
+      save_state(arg);
+    } else if (const std::string why = load_state(arg); !why.empty()) {
+      err_ << fmt::format("/load: not restored: {}; the conversation is as it was\n", why);
     }
   } else if (name == "/stats") {
     print_stats();
@@ -165,20 +190,19 @@ void ChatRepl::save_state(const std::string& path) {
   out_ << fmt::format("saved {} messages ({} tokens) to '{}'\n", messages_.size(), session_->tokens().size(), path);
 }
 
-void ChatRepl::load_state(const std::string& path) {
+std::string ChatRepl::load_state(const std::string& path) {
   std::string data;
   const std::string why = session_->load(path, &data);
-  if (!why.empty()) {
-    err_ << fmt::format("not restored: {}\n", why);
-    return;
-  }
+  if (!why.empty()) return why;
   nlohmann::ordered_json m = nlohmann::ordered_json::parse(data, nullptr, false);
+  // A run's file: not restored, so that --session leaves it as it was (as run does a chat's).
   if (!m.is_array()) {
     session_->clear();
-    fail("'{}' holds no chat conversation (saved by `sluice run`?)", path);
+    return fmt::format("'{}' holds no chat conversation (sluice run --session continues it)", path);
   }
   messages_ = std::move(m);
   out_ << fmt::format("restored {} messages ({} tokens) from '{}'\n", messages_.size(), session_->tokens().size(), path);
+  return "";
 }
 
 void ChatRepl::print_help() {
@@ -212,54 +236,104 @@ std::vector<int32_t> ChatRepl::prompt_tokens() const {
   return chat_prompt_tokens(engine_, msgs.dump(), "", nullptr, {.enable_thinking = enable_thinking_, .reasoning_effort = {}});
 }
 
+std::vector<int32_t> ChatRepl::shift_context(int target, int& dropped) {
+  dropped = 0;
+  std::vector<int32_t> prompt = prompt_tokens();
+  // Whole turns go: a user message with the replies after it, so the rest still starts with one.
+  while (static_cast<int>(prompt.size()) > target && messages_.size() > 1) {
+    do {
+      messages_.erase(messages_.begin());
+      ++dropped;
+    } while (messages_.size() > 1 && messages_.front().value("role", "") != "user");
+    prompt = prompt_tokens();
+  }
+  return prompt;
+}
+
+// Errors leave through handle_line, which puts the conversation back as it was.
 void ChatRepl::send(const std::string& user_text) {
   messages_.push_back({{"role", "user"}, {"content", user_text}});
-  std::vector<int32_t> prompt;
-  try {
-    prompt = prompt_tokens();
-  } catch (const Error& e) {
-    messages_.erase(messages_.end() - 1);
-    err_ << e.what() << "\n";
-    return;
-  }
+  std::vector<int32_t> prompt = prompt_tokens();
   const int n_ctx = session_->n_ctx();
-  if (static_cast<int>(prompt.size()) >= n_ctx) {
-    messages_.erase(messages_.end() - 1);
-    err_ << fmt::format("the conversation is {} tokens, the context holds {}: /clear to start over or /ctx N for a "
-                        "larger context (message not sent)\n",
-                        prompt.size(), n_ctx);
-    return;
+  const int max_tokens = config_.generate.max_tokens;
+  std::vector<std::string> notes;  // said after the reply, so that it is not cut in two
+  // A turn needs room for a reply: a quarter of the context (or -n, when smaller). With the shift,
+  // the oldest turns make way down to half the context, so the next turns find room too.
+  const int room = std::max(1, std::min(max_tokens, n_ctx / 4));
+  if (config_.context_shift && static_cast<int>(prompt.size()) + room > n_ctx) {
+    int dropped = 0;
+    prompt = shift_context(n_ctx / 2, dropped);
+    if (dropped > 0)
+      err_ << fmt::format("[context: dropped the {} oldest message(s) to make room; {} tokens are evaluated again]\n",
+                          dropped, prompt.size());
   }
+  if (static_cast<int>(prompt.size()) >= n_ctx)
+    fail("the {} is {} tokens, the context holds {}: {}/ctx N for a larger context (message not sent)",
+         messages_.size() > 1 ? "conversation" : "message", prompt.size(), n_ctx,
+         messages_.size() > 1 ? "/clear to start over or " : "");
   cancel_.store(false);
-  GenerateResult r;
-  try {
-    r = session_->generate(prompt, config_.generate, [&](int32_t, std::string_view text) {
-      out_.write(text.data(), static_cast<std::streamsize>(text.size()));
-      out_.flush();
-      return !cancel_.load(std::memory_order_relaxed);
-    });
-  } catch (const Error& e) {
-    messages_.erase(messages_.end() - 1);
-    out_ << "\n";
-    err_ << "generation failed: " << e.what() << "\n";
-    return;
+  GenerateOptions go = config_.generate;
+  std::vector<int32_t> reply;  // the reply's tokens so far
+  std::string text;
+  TurnStats t;
+  for (;;) {
+    std::vector<int32_t> input = prompt;
+    input.insert(input.end(), reply.begin(), reply.end());
+    GenerateResult r;
+    try {
+      r = session_->generate(input, go, [&](int32_t, std::string_view piece) {
+        out_.write(piece.data(), static_cast<std::streamsize>(piece.size()));
+        out_.flush();
+        return !cancel_.load(std::memory_order_relaxed);
+      });
+    } catch (const std::exception&) {
+      out_ << "\n";
+      throw;
+    }
+    reply.insert(reply.end(), r.tokens.begin(), r.tokens.end());
+    text += r.text;
+    t = {static_cast<int>(prompt.size()), t.reused + r.n_reused, t.evaluated + r.n_prompt, static_cast<int>(reply.size()),
+         t.prefill_seconds + r.prefill_seconds, t.decode_seconds + r.decode_seconds, r.finish,
+         t.drafted + r.n_drafted, t.accepted + r.n_accepted, t.steps + r.n_steps};
+    const bool full = r.finish == FinishReason::kLength && static_cast<int>(session_->tokens().size()) + 1 >= n_ctx;
+    if (!full) {
+      if (r.finish == FinishReason::kCancelled) notes.push_back("[stopped]");
+      else if (r.finish == FinishReason::kLength) notes.push_back(fmt::format("[reply cut at {} tokens (-n)]", max_tokens));
+      break;
+    }
+    if (!config_.context_shift) {
+      notes.push_back(fmt::format("[context full at {} tokens: /clear or /ctx N]", n_ctx));
+      break;
+    }
+    if (static_cast<int>(reply.size()) >= max_tokens) {
+      notes.push_back(fmt::format("[reply cut at {} tokens (-n)]", max_tokens));
+      break;
+    }
+    // The reply goes on after the oldest turns are dropped: the shorter conversation, then the
+    // reply's tokens so far, evaluated again (a stop string across the seam is not seen).
+    int dropped = 0;
+    prompt = shift_context(n_ctx / 2, dropped);
+    if (dropped == 0 || static_cast<int>(prompt.size() + reply.size()) + 1 >= n_ctx) {
+      notes.push_back(fmt::format("[context full at {} tokens: this message and its reply fill it; /ctx N for a larger "
+                                  "context]",
+                                  n_ctx));
+      break;
+    }
+    notes.push_back(fmt::format("[context full: dropped the {} oldest message(s) and evaluated {} tokens again]", dropped,
+                                prompt.size() + reply.size()));
+    go.max_tokens = max_tokens - static_cast<int>(reply.size());
   }
   out_ << "\n";
-  if (r.finish == FinishReason::kCancelled) err_ << "[stopped]\n";
-  else if (r.finish == FinishReason::kLength && static_cast<int>(session_->tokens().size()) + 1 >= n_ctx)
-    err_ << fmt::format("[context full at {} tokens: /clear or /ctx N]\n", n_ctx);
-  else if (r.finish == FinishReason::kLength)
-    err_ << fmt::format("[reply cut at {} tokens (-n)]\n", config_.generate.max_tokens);
   out_.flush();
+  for (const std::string& note : notes) err_ << note << "\n";
   err_.flush();
   // The reply is kept as produced (thinking included); the template decides what of it the next
   // prompt shows. A stopped reply is kept too, so the next turn continues from what was seen.
-  messages_.push_back({{"role", "assistant"}, {"content", r.text}});
-  last_ = {static_cast<int>(prompt.size()), r.n_reused, r.n_prompt, static_cast<int>(r.tokens.size()),
-           r.prefill_seconds, r.decode_seconds, r.finish, r.n_drafted, r.n_accepted, r.n_steps};
-  total_reused_ += r.n_reused;
-  total_evaluated_ += r.n_prompt;
-  total_generated_ += r.tokens.size();
+  messages_.push_back({{"role", "assistant"}, {"content", text}});
+  last_ = t;
+  total_reused_ += t.reused;
+  total_evaluated_ += t.evaluated;
+  total_generated_ += t.generated;
   ++turns_;
 }
 
@@ -284,10 +358,10 @@ void ChatRepl::print_stats() {
                       enable_thinking_ ? fmt::format("; enable_thinking={}", *enable_thinking_) : "");
   const ExpertStats es = engine_.expert_stats();
   out_ << fmt::format(
-      "experts ({}): {} requests, hit rate {:.1f} %, {} misses, {:.1f} MB read in {:.3f} s, stall {:.3f} s, "
+      "experts ({}): {} requests, hit rate {:.1f} %, {} misses, {:.1f} MiB read in {:.3f} s, stall {:.3f} s, "
       "prefetch {} issued / {} used\n",
       engine_.info().experts_mode, es.requests, es.requests ? 100.0 * es.hits / es.requests : 0.0, es.misses,
-      es.bytes_read / 1e6, es.read_seconds, es.stall_seconds, es.prefetch_issued, es.prefetch_used);
+      es.bytes_read / 1048576.0, es.read_seconds, es.stall_seconds, es.prefetch_issued, es.prefetch_used);
 }
 
 }  // namespace sluice::chat

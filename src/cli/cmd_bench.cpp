@@ -25,7 +25,9 @@
 #include "cli/options.h"
 #include "cli/pipeline.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "core/timer.h"
+#include "core/units.h"
 
 namespace sluice::cli {
 namespace {
@@ -135,6 +137,16 @@ Timing run_tg(Engine& engine, int n, uint32_t seed, const TgSetup& setup) {
   return {r.decode_seconds, r.n_drafted, r.n_accepted, r.n_steps, minus(engine.expert_stats(), before)};
 }
 
+// The table's t/s cell, "mean ± sd", padded as one string: formatted field by field its width
+// grew with the values (and the multibyte ±), which pushed the columns after it out of line.
+constexpr int kTpsWidth = 18;
+std::string tps_cell(double mean, double sd) {
+  const std::string cell = fmt::format("{:.2f} ± {:.2f}", mean, sd);
+  // "±" is two bytes and one column: pad by columns, not bytes.
+  const int columns = static_cast<int>(cell.size()) - 1;
+  return std::string(static_cast<size_t>(std::max(0, kTpsWidth - columns)), ' ') + cell;
+}
+
 double mean(const std::vector<double>& v) {
   double s = 0;
   for (double x : v) s += x;
@@ -201,7 +213,8 @@ int cmd_bench(int argc, char** argv) {
       const int room = mi.n_ctx - (list == &pps ? 1 : 2);
       for (int& n : *list)
         if (n > room) {
-          fmt::print(stderr, "bench: test of {} tokens shortened to {} to fit the context of {} (-c, -p, -n to choose)\n", n, room, mi.n_ctx);
+          SLUICE_LOG_WARN("bench: test of {} tokens shortened to {} to fit the context of {} (-c, -p, -n to choose)", n,
+                          room, mi.n_ctx);
           n = room;
         }
       list->erase(std::unique(list->begin(), list->end()), list->end());
@@ -216,10 +229,10 @@ int cmd_bench(int argc, char** argv) {
         fail("tg{} after the {} tokens of {} needs {} positions; the context is {} (-c to enlarge it)", n,
              setup.prompt.size(), prompt_file, setup.prompt.size() + n + 1, mi.n_ctx);
   }
-  fmt::print(stderr, "model: {} ({}, {} layers, {} experts top-{}), {:.2f} GB, loaded in {:.2f} s\n", mf.model,
-             mi.architecture, mi.n_layer, mi.n_expert, mi.n_expert_used, mi.file_bytes / 1e9, engine->load_seconds());
-  fmt::print(stderr, "experts: {}\n", mi.experts_detail);
-  if (!mi.routing.empty()) fmt::print(stderr, "routing: {}\n", mi.routing);
+  SLUICE_LOG_INFO("model: {} ({}, {} layers, {} experts top-{}), {}, loaded in {:.2f} s", mf.model, mi.architecture,
+                  mi.n_layer, mi.n_expert, mi.n_expert_used, format_bytes(mi.file_bytes), engine->load_seconds());
+  SLUICE_LOG_INFO("{}", mi.experts_detail);  // "experts: ram (in place); ..."
+  if (!mi.routing.empty()) SLUICE_LOG_INFO("{}", mi.routing);  // "routing replayed from ..."
 
   if (!no_warmup) {
     run_pp(*engine, std::min(16, longest), 1, setup);
@@ -247,9 +260,10 @@ int cmd_bench(int argc, char** argv) {
     fmt::print("model,experts_mode,threads,test,n_tokens,reps,tps_mean,tps_stddev,hit_rate,mb_read_per_token,"
                "read_mb_s,stall_s_per_token,prefetch_precision,draft_acceptance,tokens_per_step,replayed_routing\n");
   } else if (format == "table") {
-    fmt::print("| {:<6} | {:>12} | {:>8} | {:>9} | {:>10} | {:>8} | {:>11} | {:>8} | {:>8} |\n", "test", "t/s", "hit %",
-               "MB/token", "read MB/s", "stall/t", "prefetch %", "accept %", "tok/pass");
-    fmt::print("|{:-<8}|{:-<14}|{:-<10}|{:-<11}|{:-<12}|{:-<10}|{:-<13}|{:-<10}|{:-<10}|\n", "", "", "", "", "", "", "", "", "");
+    fmt::print("| {:<6} | {:>{}} | {:>8} | {:>9} | {:>10} | {:>8} | {:>11} | {:>8} | {:>8} |\n", "test", "t/s",
+               kTpsWidth, "hit %", "MB/token", "read MB/s", "stall/t", "prefetch %", "accept %", "tok/pass");
+    fmt::print("|{:-<8}|{:-<{}}|{:-<10}|{:-<11}|{:-<12}|{:-<10}|{:-<13}|{:-<10}|{:-<10}|\n", "", "", kTpsWidth + 2, "", "",
+               "", "", "", "", "");
   } else {
     fmt::print("[");
   }
@@ -270,8 +284,9 @@ int cmd_bench(int argc, char** argv) {
                  mi.experts_mode, threads, r.name, r.n_tokens, reps, mean(r.tps), stddev(r.tps), hit, mb_tok, mbs, stall,
                  prec, accept, per_pass, mf.replay_routing);
     } else if (format == "table") {
-      fmt::print("| {:<6} | {:>6.2f} ± {:<3.2f} | {:>8.1f} | {:>9.2f} | {:>10.1f} | {:>8.4f} | {:>11.1f} | {:>8.1f} | {:>8.2f} |\n",
-                 r.name, mean(r.tps), stddev(r.tps), hit, mb_tok, mbs, stall, prec, accept, per_pass);
+      fmt::print("| {:<6} | {} | {:>8.1f} | {:>9.2f} | {:>10.1f} | {:>8.4f} | {:>11.1f} | {:>8.1f} | {:>8.2f} |\n",
+                 r.name, tps_cell(mean(r.tps), stddev(r.tps)), hit, mb_tok, mbs, stall, prec, accept,
+                 per_pass);
     } else {
       fmt::print("{}{{\"test\":\"{}\",\"n_tokens\":{},\"experts_mode\":\"{}\",\"tps_mean\":{:.4f},\"tps_stddev\":{:.4f},"
                  "\"hit_rate\":{:.3f},\"mb_read_per_token\":{:.4f},\"read_mb_s\":{:.2f},\"stall_s_per_token\":{:.5f},"

@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <filesystem>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -15,6 +14,8 @@
 #include "cli/commands.h"
 #include "cli/line_editor.h"
 #include "cli/options.h"
+#include "cli/session_file.h"
+#include "core/log.h"
 
 namespace sluice::cli {
 
@@ -41,20 +42,22 @@ int cmd_chat(int argc, char** argv) {
   app.add_option("-n,--n-predict,--predict", cfg.generate.max_tokens, "most tokens per reply")
       ->check(CLI::Range(1, 1 << 24))->capture_default_str();
   app.add_option("--system", cfg.system, "system prompt (also -sys)");
-  bool no_history = false;
-  std::string session_file;
-  app.add_option("--session", session_file,
-                 "restore the conversation and KV state saved in FILE (when model and KV type match); save at exit");
+  bool no_history = false, no_shift = false;
+  SessionFile session_file(
+      app, "continue the conversation saved in FILE (when model and KV type match; also /load FILE); save it at exit");
   app.add_flag("--no-history", no_history, "do not read or write the history file");
+  app.add_flag("--no-context-shift", no_shift,
+               "when the context fills, stop and ask for /clear or /ctx instead of dropping the oldest messages");
   SLUICE_PARSE(app, argc, argv);
+  cfg.context_shift = !no_shift;
   cfg.generate.draft = draft_options(df);
 
   EngineOptions eo = engine_options(mf);
   set_engine_draft(eo, df, cfg.generate.draft);
   auto engine = Engine::load(eo);
   const ModelInfo& mi = engine->info();
-  fmt::print(stderr, "model: {} ({}, {} layers, {} experts top-{}), loaded in {:.2f} s; {}\n", mf.model,
-             mi.architecture, mi.n_layer, mi.n_expert, mi.n_expert_used, engine->load_seconds(), mi.experts_detail);
+  SLUICE_LOG_INFO("model: {} ({}, {} layers, {} experts top-{}), loaded in {:.2f} s; {}", mf.model, mi.architecture,
+                  mi.n_layer, mi.n_expert, mi.n_expert_used, engine->load_seconds(), mi.experts_detail);
 
   struct sigaction sa {};
   sa.sa_handler = on_sigint;
@@ -64,9 +67,9 @@ int cmd_chat(int argc, char** argv) {
 
   chat::ChatRepl repl(*engine, cfg, g_stop, std::cout, std::cerr);
   if (!repl.has_template())
-    fmt::print(stderr, "note: the model has no chat template; using the plain \"User: ...\\nAssistant: ...\" format\n");
-  fmt::print(stderr, "/help lists the commands; Ctrl+C stops a reply, Ctrl+D quits\n");
-  if (!session_file.empty() && std::filesystem::exists(session_file)) repl.load_state(session_file);
+    SLUICE_LOG_INFO("note: the model has no chat template; using the plain \"User: ...\\nAssistant: ...\" format");
+  SLUICE_LOG_INFO("/help lists the commands; Ctrl+C stops a reply, Ctrl+D quits");
+  session_file.restore([&](const std::string& path) { return repl.load_state(path); });
   int rc = 0;
   if (isatty(STDIN_FILENO)) {
     LineEditor editor("sluice", no_history ? "" : chat_history_path());
@@ -75,7 +78,7 @@ int cmd_chat(int argc, char** argv) {
     StreamLineReader plain(std::cin);
     rc = repl.run(plain);
   }
-  if (!session_file.empty() && !repl.messages().empty()) repl.save_state(session_file);
+  if (!repl.messages().empty()) session_file.save([&](const std::string& path) { repl.save_state(path); });
   return rc;
 }
 

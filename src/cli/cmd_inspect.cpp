@@ -1,4 +1,4 @@
-// `sluice inspect MODEL [--ram SIZE] [--ctx N] [--disk-rate RATE | --measure-disk] [--json]
+// `sluice inspect [MODEL|-m MODEL] [--ram SIZE] [--ctx N] [--disk-rate RATE | --measure-disk] [--json]
 // [--metadata]`: architecture, tokenizer, tensor table, bytes by class and layer, routed-expert
 // size, KV-cache estimate, the RAM verdict and the memory plan `run` follows with the same budget,
 // with an I/O-bound decode estimate. All numbers come from model/sizing and the memory planner;
@@ -19,6 +19,7 @@
 #include "model/stage_plan.h"
 #include "core/disk_probe.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "core/units.h"
 #include "gguf/gguf.h"
 #include "model/sizing.h"
@@ -282,16 +283,15 @@ int cmd_inspect(int argc, char** argv) {
   SizingOptions opts;
   int64_t ctx = 0;
   bool json = false, metadata = false, measure_disk = false;
-  auto* positional = app.add_option("model", path, "GGUF file (first part of a split model)");
-  auto* flag = app.add_option("-m,--model", path, "the same, as a flag (as run and serve take it)")->excludes(positional);
-  positional->excludes(flag);
-  app.add_option("--ram", ram_text, "RAM to plan for, e.g. 32GB or 24GiB (default: memory available now)");
+  add_model_option(app, path);
+  app.add_option("--ram", ram_text, "RAM to plan for, e.g. 32GB or 24GiB (default: memory available now)")->check(byte_size());
   app.add_option("-c,--ctx,--ctx-size", ctx,
                  "context length for the KV-cache estimate (default: the model's, at most 4096)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   app.add_option("--slots", opts.slots, "sequences with a full KV cache each, as serve --parallel (default 1)")
       ->check(CLI::Range(1, 256));
-  app.add_option("--disk-rate", disk_rate_text, "disk read rate for the decode estimate, bytes per second (e.g. 2GB)");
+  app.add_option("--disk-rate", disk_rate_text, "disk read rate for the decode estimate, bytes per second (e.g. 2GB)")
+      ->check(byte_size());
   app.add_option("--ram-tps", opts.ram_tokens_per_second,
                  "decode t/s with every expert in RAM (e.g. sluice bench --experts ram): adds compute to the estimate")
       ->check(CLI::PositiveNumber);
@@ -304,7 +304,6 @@ int cmd_inspect(int argc, char** argv) {
   app.add_flag("--json", json, "print JSON instead of tables");
   app.add_flag("--metadata", metadata, "also list every metadata key");
   SLUICE_PARSE(app, argc, argv);
-  if (path.empty()) throw CLI::RequiredError("MODEL (as an argument or -m)");
 
   if (!ram_text.empty()) opts.ram = parse_byte_size(ram_text, "--ram");
   if (ctx > 0) opts.ctx = ctx;
@@ -316,7 +315,7 @@ int cmd_inspect(int argc, char** argv) {
     const MemoryFacts facts = memory_facts(*file, opts.kv, opts.ctx.value_or(1));
     const DiskProbe probe = probe_disk(file->part_path(0), 2.0, facts.expert_bytes ? facts.expert_bytes : (1u << 20));
     opts.disk_bytes_per_second = probe.bytes_per_second;
-    fmt::print(stderr, "disk: {}/s over {} random reads{}\n", format_bytes(static_cast<uint64_t>(probe.bytes_per_second)),
+    SLUICE_LOG_INFO("disk: {}/s over {} random reads{}", format_bytes(static_cast<uint64_t>(probe.bytes_per_second)),
                probe.reads, probe.direct ? "" : " (no O_DIRECT: the page cache may have served some)");
   }
   const ModelReport report = analyze_model(*file, opts);

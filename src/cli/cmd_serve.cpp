@@ -15,6 +15,7 @@
 #include "cli/options.h"
 #include "cli/pipeline.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "core/units.h"
 #include "server/server.h"
 
@@ -49,15 +50,19 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--max-queue", so.scheduler.max_queue, "requests that may wait for a slot; more get 503")->check(CLI::Range(0, 4096))->capture_default_str();
   std::string kv_disk_max;
   app.add_option("--kv-disk", so.scheduler.kv_disk_dir, "keep evicted KV prefixes (and idle ones at exit) in DIR and restore them for prompts sharing them");
-  app.add_option("--kv-disk-max", kv_disk_max, "most bytes --kv-disk may hold, e.g. 20GB (default: unlimited)");
+  app.add_option("--kv-disk-max", kv_disk_max, "most bytes --kv-disk may hold, e.g. 20GB (default: unlimited)")->check(byte_size());
   app.add_option("--prefill-chunk", so.scheduler.prefill_chunk, "prompt tokens evaluated per step (keeps running requests streaming)")->check(CLI::Range(1, 1 << 16))->capture_default_str();
   app.add_option("--api-key", so.api_key, "require 'Authorization: Bearer KEY' (or x-api-key)");
   app.add_option("--timeout", so.timeout_seconds, "seconds a request may take (0: none)")->check(CLI::Range(0.0, 1e9))->capture_default_str();
-  app.add_option("--max-body", max_body, "largest request body, e.g. 4MiB (larger: 413)")->capture_default_str();
+  app.add_option("--max-body", max_body, "largest request body, e.g. 4MiB (larger: 413)")->check(byte_size())->capture_default_str();
   app.add_option("--cors", so.cors_origin, "allow browser requests from ORIGIN (\"*\": any origin)");
   app.add_option("--shutdown-grace", so.shutdown_grace_seconds, "seconds running requests may finish after SIGTERM")->check(CLI::Range(0.0, 86400.0))->capture_default_str();
   app.add_option("--read-timeout", so.request_read_seconds, "seconds a client may take to send a whole request")->check(CLI::Range(0.1, 3600.0))->capture_default_str();
-  app.add_option("--max-reading", so.max_reading, "connections that may be sending a request at once; more are refused")->check(CLI::Range(1, 4096))->capture_default_str();
+  app.add_option("--max-reading", so.max_reading, "connections that may be sending a request at once; more are refused (503)")->check(CLI::Range(1, 4096))->capture_default_str();
+  app.add_option("--max-reading-per-client", so.max_reading_per_client,
+                 "of them from one client address; more are refused (429) (0: a quarter of --max-reading)")
+      ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
   app.add_option(
          "--micro-batches", so.scheduler.micro_batches,
          "pipeline: groups of requests in flight through the stages at once (0: one per stage)")
@@ -81,6 +86,8 @@ int cmd_serve(int argc, char** argv) {
 
   EngineOptions eo = engine_options(mf);
   eo.kv_slots = so.scheduler.n_parallel;  // the memory plan counts every slot's KV cache
+  // and the server's own threads, on the stage that serves HTTP
+  eo.overhead_bytes = pipeline_rank() == 0 ? server::memory_overhead(so) : 0;
   // A pipeline verifies no drafts.
   set_engine_draft(eo, df, so.scheduler.draft, pipeline_size() == 1);
   apply_pipeline(mf, eo);
@@ -93,9 +100,10 @@ int cmd_serve(int argc, char** argv) {
     return 0;
   }
   const ModelInfo& mi = engine->info();
-  fmt::print(stderr, "model: {} ({}, {} layers, {} experts top-{}), loaded in {:.2f} s; {}\n", mf.model, mi.architecture,
-             mi.n_layer, mi.n_expert, mi.n_expert_used, engine->load_seconds(), mi.experts_detail);
-  fmt::print(stderr, "chat template: {}\n", mi.chat_template.empty() ? "none (plain \"User: ...\\nAssistant:\" fallback)" : "from the model");
+  SLUICE_LOG_INFO("model: {} ({}, {} layers, {} experts top-{}), loaded in {:.2f} s; {}", mf.model, mi.architecture,
+                  mi.n_layer, mi.n_expert, mi.n_expert_used, engine->load_seconds(), mi.experts_detail);
+  SLUICE_LOG_INFO("chat template: {}",
+                  mi.chat_template.empty() ? "none (plain \"User: ...\\nAssistant:\" fallback)" : "from the model");
   return server::serve(*engine, so);
 }
 

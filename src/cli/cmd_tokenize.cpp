@@ -1,4 +1,4 @@
-// `sluice tokenize -m MODEL (-p TEXT | -f FILE) [--ids|--json] [--special] [--no-bos]`: shows how
+// `sluice tokenize [MODEL|-m MODEL] (-p TEXT | -f FILE) [--ids|--json] [--special] [--no-bos]`: shows how
 // a model's vocabulary splits text, to check prompts and compare against other engines.
 #include <fmt/format.h>
 
@@ -8,6 +8,7 @@
 #include <iterator>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "core/error.h"
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
@@ -46,7 +47,7 @@ int cmd_tokenize(int argc, char** argv) {
   CLI::App app{"Tokenize text with a model's (or vocab-only GGUF's) vocabulary", "sluice tokenize"};
   std::string model, prompt, file;
   bool ids_only = false, json_out = false, special = false, no_bos = false;
-  app.add_option("-m,--model", model, "GGUF model or vocab-only GGUF")->required();
+  add_model_option(app, model);  // a model or a vocab-only GGUF
   auto* p = app.add_option("-p,--prompt", prompt, "text to tokenize");
   auto* f = app.add_option("-f,--file", file, "file whose bytes are tokenized");
   p->excludes(f);

@@ -1,5 +1,5 @@
-// `sluice` entry point: subcommand dispatch, --version, llama.cpp flag spellings and top-level
-// error reporting (argument errors exit 2, other errors 1, each prefixed with `sluice CMD:`).
+// `sluice` entry point: subcommand dispatch, --help / help [COMMAND] (on stdout), --version,
+// llama.cpp flag spellings and top-level error reporting (argument errors exit 2, other errors 1, each prefixed with `sluice CMD:`).
 #include <CLI/CLI.hpp>
 
 #ifdef __GLIBC__
@@ -59,28 +59,58 @@ void tune_malloc() {
 #endif
 }
 
-void usage() {
-  std::fprintf(stderr, "usage: sluice COMMAND [options]   (sluice COMMAND --help for details)\n\ncommands:\n");
-  for (const auto& c : kCommands) std::fprintf(stderr, "  %-16s %s\n", c.name, c.summary);
+// The command list: on stdout when asked for (--help, help), on stderr after a usage error.
+void usage(std::FILE* out) {
+  std::fprintf(out,
+               "usage: sluice COMMAND [options]   (sluice help COMMAND or sluice COMMAND --help for "
+               "details)\n\ncommands:\n");
+  for (const auto& c : kCommands) std::fprintf(out, "  %-18s %s\n", c.name, c.summary);
+  std::fprintf(out, "  %-18s %s\n  %-18s %s\n", "help [COMMAND]", "this list, or a command's options",
+               "version", "the version (also --version)");
+}
+
+const Command* find_command(std::string_view name) {
+  for (const auto& c : kCommands)
+    if (name == c.name) return &c;
+  return nullptr;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
-    usage();
-    return argc < 2 ? 2 : 0;
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
   }
-  if (std::strcmp(argv[1], "--version") == 0 || std::strcmp(argv[1], "version") == 0) {
+  const std::string_view first = argv[1];
+  if (first == "--help" || first == "-h" ||
+      (first == "help" && (argc == 2 || (argc == 3 && std::string_view(argv[2]) == "help")))) {
+    usage(stdout);
+    return 0;
+  }
+  if (first == "--version" || first == "version") {
     std::printf("sluice %s\n", SLUICE_VERSION);
     return 0;
+  }
+  // `sluice help CMD` is `sluice CMD --help`.
+  char help_flag[] = "--help";
+  char* help_argv[] = {argv[0], argc > 2 ? argv[2] : nullptr, help_flag, nullptr};
+  if (first == "help") {
+    if (argc > 3 || !find_command(argv[2])) {
+      if (argc > 3) std::fprintf(stderr, "sluice help: give one command name\n\n");
+      else std::fprintf(stderr, "sluice help: unknown command '%s'\n\n", argv[2]);
+      usage(stderr);
+      return 2;
+    }
+    argc = 3;
+    argv = help_argv;
   }
   tune_malloc();
   for (int i = 2; i < argc; ++i)
     for (const auto& [from, to] : kAliases)
       if (argv[i] == from) argv[i] = const_cast<char*>(to);
-  for (const auto& c : kCommands) {
-    if (std::string_view(argv[1]) != c.name) continue;
+  if (const Command* found = find_command(argv[1])) {
+    const Command& c = *found;
     // Under mpirun with several processes each is a pipeline stage; an error on one ends all.
     int code = 0;
     try {
@@ -102,6 +132,6 @@ int main(int argc, char** argv) {
     return code;
   }
   std::fprintf(stderr, "sluice: unknown command '%s'\n\n", argv[1]);
-  usage();
+  usage(stderr);
   return 2;
 }

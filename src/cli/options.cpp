@@ -57,18 +57,33 @@ void add_quiet_flag(CLI::App& app) {
       "no progress bars or informational lines (warnings and errors still print)");
 }
 
+void add_model_option(CLI::App& app, std::string& path) {
+  path = default_model_path();
+  auto* flag = app.add_option("-m,--model", path, "GGUF model (first part of a split model)")
+                   ->check(CLI::ExistingFile)
+                   ->capture_default_str();
+  auto* positional = app.add_option("MODEL", path, "the model as the first argument (instead of -m)")
+                         ->check(CLI::ExistingFile)
+                         ->excludes(flag);
+  flag->excludes(positional);
+}
+
+CLI::Validator byte_size() {
+  return CLI::Validator([](const std::string& s) { return byte_size_error(s); }, "SIZE");
+}
+
 void add_model_flags(CLI::App& app, ModelFlags& f) {
   add_quiet_flag(app);
-  f.model = default_model_path();
-  app.add_option("-m,--model", f.model, "GGUF model (first part of a split model)")->capture_default_str();
+  add_model_option(app, f.model);
   app.add_option("-t,--threads", f.threads, "worker threads (0: one per physical core available to the process)")->check(CLI::Range(0, 1024));
   app.add_option("-c,--ctx,--ctx-size", f.ctx, "context size in tokens (0: the model's trained context, at most 4096; larger: allowed with a warning)")
       ->check(CLI::Range(0, 1 << 24))->capture_default_str();
   app.add_option("--experts", f.experts, "routed experts: auto, ram, mmap or stream")
       ->check(CLI::IsMember({"auto", "ram", "mmap", "stream"}))->capture_default_str();
   app.add_flag("--ssd-streaming", f.streaming, "stream routed experts from SSD (same as --experts stream)");
-  app.add_option("--ssd-streaming-cache-experts", f.cache_size, "expert cache size, e.g. 4GB, 512MiB or bytes (default: from the memory budget)");
-  app.add_option("--mem-limit", f.mem_limit, "memory budget (default: cgroup limit or available memory)");
+  app.add_option("--ssd-streaming-cache-experts", f.cache_size, "expert cache size, e.g. 4GB, 512MiB or bytes (default: from the memory budget)")
+      ->check(byte_size());
+  app.add_option("--mem-limit", f.mem_limit, "memory budget (default: cgroup limit or available memory)")->check(byte_size());
   app.add_option("--ssd-streaming-policy", f.policy, "expert cache eviction: lru, lfu or nextuse")->check(CLI::IsMember({"lru", "lfu", "nextuse"}))->capture_default_str();
   app.add_flag("--ssd-streaming-cold", f.cold, "do not preload the expert cache at startup");
   app.add_option("--ssd-streaming-preload-experts", f.preload, "preload at most N experts")->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
@@ -99,16 +114,6 @@ void add_sampling_flags(CLI::App& app, SamplingOptions& s) {
   app.add_option("--frequency-penalty", s.frequency_penalty, "frequency penalty")->check(CLI::Range(-2.0, 2.0));
   app.add_option("--repeat-last-n", s.penalty_last_n, "tokens the penalties look back over")->check(CLI::Range(0, 1 << 20));
   app.add_option("-s,--seed", s.seed, "random seed");
-}
-
-void restore_session(Session& session, const std::string& path) {
-  if (!std::filesystem::exists(path)) {
-    fmt::print(stderr, "session: '{}' does not exist yet; starting fresh\n", path);
-    return;
-  }
-  const std::string why = session.load(path);
-  if (why.empty()) fmt::print(stderr, "session: restored {} tokens from '{}'\n", session.tokens().size(), path);
-  else fmt::print(stderr, "session: not restored: {}; starting fresh\n", why);
 }
 
 void add_draft_flags(CLI::App& app, DraftFlags& d) {

@@ -27,10 +27,15 @@ struct ModelFlags {
   std::string replay_routing;  // --replay-routing FILE (bench)
 };
 
-// Adds -m/--model (defaulting to the embedded model), -t, -c, --experts and the streaming flags
+// Adds the model (defaulting to the shipped model), -t, -c, --experts and the streaming flags
 // (ds4-compatible names: --ssd-streaming, --ssd-streaming-cache-experts, --ssd-streaming-cold,
 // --ssd-streaming-preload-experts).
 void add_model_flags(CLI::App& app, ModelFlags& f);
+// The model file every model command takes the same way: `-m FILE` or the first argument
+// (`sluice run MODEL -p ...`), default the shipped model (default_model_path()).
+void add_model_option(CLI::App& app, std::string& path);
+// A byte-size flag value ("4GB", "512MiB", bytes): a bad one is an argument error (exit 2).
+CLI::Validator byte_size();
 void add_sampling_flags(CLI::App& app, SamplingOptions& s);
 // --routing-trace FILE: write every evaluated row's expert choice (EngineOptions::routing_trace).
 void add_routing_trace_flag(CLI::App& app, ModelFlags& f);
@@ -60,8 +65,5 @@ void check_output(const std::string& path, bool force);
 // The model shipped with sluice: $SLUICE_MODEL, else models/sluice-tiny-moe.gguf next to the
 // source tree the binary was built from, else relative to the working directory.
 std::string default_model_path();
-// --session / chat /load: restores `path` into the session when it exists and fits (saying so on
-// stderr), else says why it starts fresh; a file that is not a valid state throws sluice::Error.
-void restore_session(Session& session, const std::string& path);
 
 }  // namespace sluice::cli

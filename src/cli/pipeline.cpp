@@ -11,6 +11,7 @@
 
 #include "core/disk_probe.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "core/meminfo.h"
 #include "core/units.h"
 #include "gguf/gguf.h"
@@ -96,11 +97,11 @@ void print_pipeline_traffic(const EngineOptions& o, int n_tokens) {
   const double per_token =
       static_cast<double>(t.bytes_sent + t.bytes_received) / std::max(n_tokens, 1);
   fmt::print(stderr,
-             "pipeline {}: sent {} received {} in {} messages ({:.1f} KB/token), {:.3f} ms/token "
+             "pipeline {}: sent {} received {} in {} messages ({:.1f} KiB/token), {:.3f} ms/token "
              "receiving, {:.3f} "
              "ms/token waiting for neighbours\n",
              o.link->describe(o.link->stage()), format_bytes(t.bytes_sent),
-             format_bytes(t.bytes_received), t.messages, per_token / 1e3,
+             format_bytes(t.bytes_received), t.messages, per_token / 1024.0,
              t.transfer_seconds * 1e3 / std::max(n_tokens, 1),
              t.wait_seconds * 1e3 / std::max(n_tokens, 1));
 }
@@ -200,11 +201,9 @@ void apply_pipeline(const ModelFlags& f, EngineOptions& o) {
   for (const StagePlan& s : plan.stages) spans.push_back(s.span);
   const int r = world()->rank();
   if (r == 0) {
-    fmt::print(stderr, "pipeline: {} stages; {}\n", spans.size(), plan.reason);
+    SLUICE_LOG_INFO("pipeline: {} stages; {}", spans.size(), plan.reason);
     for (size_t i = 0; i < spans.size(); ++i)
-      fmt::print(stderr,
-                 "  stage {}: rank {} on {}, layers {}:{}, budget {} ({}), experts {}, est. {:.2f} "
-                 "ms/token\n",
+      SLUICE_LOG_INFO("  stage {}: rank {} on {}, layers {}:{}, budget {} ({}), experts {}, est. {:.2f} ms/token",
                  i, i, hosts[i].host, spans[i].begin, spans[i].end,
                  format_bytes(hosts[i].budget.bytes), hosts[i].budget.source,
                  placement_name(plan.stages[i].memory.placement),

@@ -19,7 +19,12 @@ std::string temp_name(const std::string& path) {
 }
 }  // namespace
 
-AtomicFile::AtomicFile(const std::string& path) : path_(path), tmp_(temp_name(path)), f_(std::fopen(tmp_.c_str(), "wb")) {
+AtomicFile::AtomicFile(const std::string& path) : path_(path), tmp_(temp_name(path)), f_(nullptr) {
+  // Said before anything is written: a rename over a directory fails only at the end, in words
+  // naming the temporary file.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) fail("'{}' is a directory", path);
+  f_ = std::fopen(tmp_.c_str(), "wb");
   if (!f_) fail("cannot create '{}': {}", tmp_, std::strerror(errno));
 }
 

@@ -9,14 +9,19 @@
 
 namespace sluice {
 
-uint64_t parse_byte_size(std::string_view text, std::string_view what) {
+namespace {
+
+// The value of `text`, or why it is not a size (`why` non-empty).
+uint64_t byte_size(std::string_view text, std::string& why) {
   size_t i = 0;
   while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
   std::string number(text.substr(0, i));
   std::string unit(text.substr(i));
   for (auto& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (number.empty() || number == "." || number.find('.') != number.rfind('.'))
-    fail("{}: '{}' is not a size (examples: 4GB, 512MiB, 1073741824)", what, text);
+  if (number.empty() || number == "." || number.find('.') != number.rfind('.')) {
+    why = fmt::format("'{}' is not a size (examples: 4GB, 512MiB, 1073741824)", text);
+    return 0;
+  }
   double value = std::stod(number);
   double mult = 0;
   if (unit.empty() || unit == "b") mult = 1;
@@ -28,10 +33,31 @@ uint64_t parse_byte_size(std::string_view text, std::string_view what) {
   else if (unit == "gb") mult = 1e9;
   else if (unit == "t" || unit == "tib") mult = 1024.0 * 1024 * 1024 * 1024;
   else if (unit == "tb") mult = 1e12;
-  else fail("{}: unknown unit '{}' in '{}' (use B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)", what, unit, text);
+  else {
+    why = fmt::format("unknown unit '{}' in '{}' (use B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)", unit, text);
+    return 0;
+  }
   double bytes = value * mult;
-  if (!(bytes >= 0) || bytes > 1.8e19) fail("{}: '{}' is out of range", what, text);
+  if (!(bytes >= 0) || bytes > 1.8e19) {
+    why = fmt::format("'{}' is out of range", text);
+    return 0;
+  }
   return static_cast<uint64_t>(std::llround(bytes));
+}
+
+}  // namespace
+
+uint64_t parse_byte_size(std::string_view text, std::string_view what) {
+  std::string why;
+  const uint64_t bytes = byte_size(text, why);
+  if (!why.empty()) fail("{}: {}", what, why);
+  return bytes;
+}
+
+std::string byte_size_error(std::string_view text) {
+  std::string why;
+  byte_size(text, why);
+  return why;
 }
 
 std::string format_bytes(uint64_t bytes) {

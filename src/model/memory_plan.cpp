@@ -57,7 +57,8 @@ MemoryPlan plan_memory(const MemoryFacts& f, const PlanRequest& r) {
   p.kv_bytes = sat_mul(sat_add(sat_mul(f.kv_bytes_per_token, static_cast<uint64_t>(std::max<int64_t>(0, r.n_ctx))),
                                f.kv_fixed_bytes),
                        static_cast<uint64_t>(std::max(1, r.n_slots)));
-  p.fixed = sat_add(sat_add(f.resident_bytes, p.kv_bytes), p.margin);
+  p.overhead = r.overhead;
+  p.fixed = sat_add(sat_add(sat_add(f.resident_bytes, p.kv_bytes), p.overhead), p.margin);
   const std::string budget_text = fmt::format("{} % of {} ({})", percent, r.budget.source, format_bytes(r.budget.bytes));
 
   if (r.forced) {
@@ -78,12 +79,13 @@ MemoryPlan plan_memory(const MemoryFacts& f, const PlanRequest& r) {
       p.ok = false;
       p.reason = fmt::format(
           "the memory budget ({} from {}) leaves no room for an expert cache after {} of resident weights, {} of KV "
-          "cache and a {} margin; set --ssd-streaming-cache-experts or free memory",
+          "cache{} and a {} margin; set --ssd-streaming-cache-experts or free memory",
           format_bytes(r.budget.bytes), r.budget.source, format_bytes(f.resident_bytes), format_bytes(p.kv_bytes),
-          format_bytes(p.margin));
+          p.overhead ? fmt::format(", {} of front-end overhead", format_bytes(p.overhead)) : "", format_bytes(p.margin));
     } else {
       p.cache_bytes = std::min(p.usable - p.fixed, sat_add(f.routed_bytes, kCacheSlack));
-      p.reason = budget_text + " minus resident weights, KV and margin";
+      p.reason = budget_text + (p.overhead ? " minus resident weights, KV, front-end overhead and margin"
+                                           : " minus resident weights, KV and margin");
     }
     p.fit_fraction = f.routed_bytes == 0 ? 1.0 : std::min(1.0, static_cast<double>(p.cache_bytes) / f.routed_bytes);
   } else {

@@ -5,8 +5,9 @@
 //
 // The rule: the usable budget is 95 % of a hard limit (--mem-limit, --ram, a cgroup limit that
 // binds) or 80 % of MemAvailable (shared with other processes). Fixed costs are the resident
-// weights, the KV cache of every slot at full context and a margin for activations, logits and
-// I/O buffers (256 MiB, or an eighth of a small budget). Auto placement keeps everything in RAM
+// weights, the KV cache of every slot at full context, the front end's own memory (a server's
+// worker threads) and a margin for activations, logits and I/O buffers (256 MiB, or an eighth of
+// a small budget). Auto placement keeps everything in RAM
 // when routed experts fit after the fixed costs, else streams them with a cache of what is left.
 #pragma once
 
@@ -50,6 +51,7 @@ struct PlanRequest {
   int n_slots = 1;                   // sequences holding a KV cache at once
   std::optional<Placement> forced{}; // --experts ram|mmap|stream; nullopt: auto
   uint64_t cache_bytes = 0;          // --ssd-streaming-cache-experts; 0: from the budget
+  uint64_t overhead = 0;             // the front end's own memory (EngineOptions::overhead_bytes)
 };
 
 struct MemoryPlan {
@@ -58,7 +60,8 @@ struct MemoryPlan {
   uint64_t usable = 0;       // the budget's usable share
   uint64_t margin = 0;       // activations, logits, I/O rings, allocator slack
   uint64_t kv_bytes = 0;     // all slots at full context
-  uint64_t fixed = 0;        // resident + kv + margin
+  uint64_t overhead = 0;     // the front end's (serve: HTTP workers)
+  uint64_t fixed = 0;        // resident + kv + overhead + margin
   uint64_t cache_bytes = 0;  // stream: the expert cache; else 0
   uint64_t headroom = 0;     // usable − fixed − cache (what is left unplanned), 0 when over
   double fit_fraction = 1;   // of routed experts held in memory at once (cache / routed, ≤ 1)

@@ -219,9 +219,7 @@ std::vector<Generation::Step> decode_steps(Engine::Impl& e, std::span<const Deco
     if (tokens[i] < 0)
       fail("{} sampled no token where {} expected one: the stages disagree on the step",
            e.link->describe(e.link->n_stages() - 1), e.link->describe(e.link->stage()));
-    const Generation::Sampled s = gen.accept(tokens[i]);
-    out[i].tokens.push_back(s.token);
-    if (s.emitted && jobs[i].emit && !jobs[i].emit(s)) gen.cancel();
+    out[i] = gen.take_sampled(tokens[i], jobs[i].emit);
   }
   return out;
 }

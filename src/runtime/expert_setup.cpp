@@ -83,6 +83,7 @@ ExpertPlan plan_experts(const gguf::File& file, const Model& model, const Engine
   req.n_ctx = n_ctx;
   req.n_slots = o.kv_slots;
   req.cache_bytes = o.cache_bytes;
+  req.overhead = o.overhead_bytes;
   switch (o.experts) {
     case ExpertMode::kAuto: break;
     case ExpertMode::kRam: req.forced = Placement::kRam; break;

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "core/atomic_file.h"
@@ -138,9 +139,13 @@ KvState parse_kv_state(const std::vector<std::byte>& bytes, const std::string& w
 }
 
 KvState read_kv_state(const std::string& path) {
+  // An ifstream opens a directory, and its size reads as 2^63 - 1.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) fail("KV state '{}' is a directory", path);
   std::ifstream f(path, std::ios::binary | std::ios::ate);
   if (!f) fail("cannot open KV state '{}'", path);
   const std::streamoff size = f.tellg();
+  if (size < 0) fail("cannot read KV state '{}'", path);
   std::vector<std::byte> bytes(static_cast<size_t>(std::max<std::streamoff>(0, size)));
   f.seekg(0);
   if (!f.read(reinterpret_cast<char*>(bytes.data()), size)) fail("cannot read KV state '{}'", path);

@@ -144,6 +144,15 @@ Generation::Step Generation::take(std::span<const float> logits, std::span<const
   return st;
 }
 
+Generation::Step Generation::take_sampled(int32_t token, const std::function<bool(const Sampled&)>& emit) {
+  Step st;
+  ++result_.n_steps;
+  const Sampled s = accept(token);
+  st.tokens.push_back(s.token);
+  if (s.emitted && emit && !emit(s)) cancel();
+  return st;
+}
+
 void Generation::cancel() { end(FinishReason::kCancelled); }
 
 GenerateResult Generation::finish(std::string* tail) {

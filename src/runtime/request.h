@@ -88,6 +88,9 @@ class Generation {
   // limit_reached before each token and calls `emit` for each emitted one (false: cancel).
   Step take(std::span<const float> logits, std::span<const int32_t> drafts, int n_used, int n_ctx,
             const std::function<bool(const Sampled&)>& emit);
+  // take() on a pipeline stage without logits: the step's one token, sampled by the last stage,
+  // goes through accept(), and the step counts in n_steps as on the last stage.
+  Step take_sampled(int32_t token, const std::function<bool(const Sampled&)>& emit);
   // The caller stops the request (client gone, callback refused, timeout).
   void cancel();
 

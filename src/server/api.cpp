@@ -527,9 +527,9 @@ ParsedRequest parse_request(Api api, const std::string& text, Engine& engine) {
 
 nlohmann::json error_body(Api api, const ApiError& e) {
   if (api == Api::kMessages)
-    return {{"type", "error"}, {"error", {{"type", e.type}, {"message", e.what()}}}};
+    return {{"type", "error"}, {"error", {{"type", e.type}, {"message", e.message}}}};
   return {{"error",
-           {{"message", e.what()},
+           {{"message", e.message},
             {"type", e.type},
             {"param", e.param.empty() ? json(nullptr) : json(e.param)},
             {"code", e.code.empty() ? json(nullptr) : json(e.code)}}}};

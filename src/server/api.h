@@ -16,15 +16,18 @@
 namespace sluice::server {
 
 // An error returned to the client: HTTP status plus the OpenAI error object
-// {"error": {"message", "type", "param", "code"}} (Anthropic routes reshape it).
+// {"error": {"message", "type", "param", "code"}} (Anthropic routes reshape it). The body takes
+// `message`, not what(): a C string would end at a NUL the client sent.
 struct ApiError : std::runtime_error {
   ApiError(int status, std::string message, std::string type, std::string param = {},
            std::string code = {})
       : std::runtime_error(message),
+        message(std::move(message)),
         status(status),
         type(std::move(type)),
         param(std::move(param)),
         code(std::move(code)) {}
+  std::string message;
   int status;
   std::string type, param, code;
 };

@@ -381,11 +381,76 @@ std::string utc_now() {
   return fmt::format("{}.{:03}Z", buf, ms);
 }
 
+// Every route handler first tells the connection layer that its request has been read.
+httplib::Server::Handler routed(httplib::Server::Handler fn) {
+  return [fn = std::move(fn)](const httplib::Request& req, httplib::Response& res) {
+    if (HttpServer::route_entered(req)) return fn(req, res);
+    res.status = 413;  // the error reply words it
+  };
+}
+
+// A client's text for messages and the log: control bytes and bytes outside ASCII as %XX, so a
+// decoded %00 neither cuts a line nor hides what follows it.
+std::string printable(const std::string& s) {
+  std::string out;
+  for (unsigned char ch : s) {
+    if (ch < 0x20 || ch >= 0x7f || ch == '%') out += fmt::format("%{:02X}", ch);
+    else out += static_cast<char>(ch);
+  }
+  return out;
+}
+
+// The error a status set by httplib or the connection layer stands for, in words naming the limit
+// (and the flag that sets it) a request ran into.
+ApiError connection_error(const httplib::Request& req, int status, const std::optional<ReadProblem>& problem,
+                          const ServerOptions& o, const ConnectionLimits& limits) {
+  const auto error = [&](std::string message, const char* code) {
+    return ApiError(status, std::move(message), status >= 500 ? "server_error" : "invalid_request_error", "", code);
+  };
+  switch (status) {
+    case 400:
+      if (problem && !problem->detail.empty()) return error("invalid request framing: " + problem->detail, "bad_request");
+      return error("the request could not be read as HTTP/1.1 (a malformed request line, header field or body)",
+                   "bad_request");
+    case 404: return error(fmt::format("no route for {} {}", printable(req.method), printable(req.path)), "not_found");
+    case 408:
+      return error(fmt::format("the request did not arrive within the server's {} s (--read-timeout)", o.request_read_seconds),
+                   "request_timeout");
+    case 411:
+      return error(fmt::format("a {} request needs a Content-Length header (or Transfer-Encoding: chunked)",
+                               printable(req.method)),
+                   "length_required");
+    case 413:
+      // cpp-httplib caps form-encoded bodies at 8 KiB, below --max-body: curl -d sends that type.
+      if (req.get_header_value("Content-Type").rfind("application/x-www-form-urlencoded", 0) == 0)
+        return error("a form-encoded request body (Content-Type: application/x-www-form-urlencoded, curl -d's default) "
+                     "may not exceed 8192 bytes; send the JSON as Content-Type: application/json",
+                     "payload_too_large");
+      return error(fmt::format("the request body is larger than the server's limit of {} bytes (--max-body)", o.max_body_bytes),
+                   "payload_too_large");
+    case 414: return error("the request line is longer than 8192 bytes", "uri_too_long");
+    case 429:
+      return error(fmt::format("{} connections from {} are already sending a request (--max-reading-per-client); retry "
+                               "when one is done",
+                               limits.max_reading_per_address, req.remote_addr),
+                   "too_many_connections");
+    case 431:
+      return error(fmt::format("the request header is larger than {} bytes, or one of its lines larger than {} bytes",
+                               limits.max_header_bytes, CPPHTTPLIB_HEADER_MAX_LENGTH),
+                   "header_too_large");
+    case 503:
+      return error(fmt::format("the server is already reading {} requests (--max-reading); retry shortly", limits.max_reading),
+                   "server_busy");
+    default: return error(fmt::format("HTTP error {}", status), "");
+  }
+}
+
 // Routes and the methods they accept, for 405 answers.
 const std::map<std::string, std::string>& route_methods() {
   static const std::map<std::string, std::string> m = {{"/health", "GET"},
                                                        {"/metrics", "GET"},
                                                        {"/v1/models", "GET"},
+                                                       {"/v1/models/", "GET"},
                                                        {"/v1/chat/completions", "POST"},
                                                        {"/v1/completions", "POST"},
                                                        {"/v1/messages", "POST"}};
@@ -393,6 +458,12 @@ const std::map<std::string, std::string>& route_methods() {
 }
 
 }  // namespace
+
+size_t worker_threads(const ServerOptions& o) {
+  return static_cast<size_t>(o.scheduler.n_parallel + o.scheduler.max_queue + o.max_reading + 8);
+}
+
+uint64_t memory_overhead(const ServerOptions& o) { return worker_threads(o) * (uint64_t{64} << 10); }
 
 int serve(Engine& engine, const ServerOptions& o) {
   // A failed pipeline stage ends the server: its requests have their error by then; SIGTERM (to
@@ -410,51 +481,40 @@ int serve(Engine& engine, const ServerOptions& o) {
   ConnectionLimits limits;
   limits.request_read_deadline = std::chrono::milliseconds(static_cast<int64_t>(o.request_read_seconds * 1000));
   limits.max_reading = o.max_reading;
+  limits.max_reading_per_address = o.max_reading_per_client > 0 ? o.max_reading_per_client : std::max(1, o.max_reading / 4);
   HttpServer svr(limits);
-  // Every waiting or streaming request holds a worker thread, and so does every connection still
-  // sending its request (at most max_reading); a reserve on top keeps /health and /metrics served.
-  const size_t workers = static_cast<size_t>(o.scheduler.n_parallel + o.scheduler.max_queue + o.max_reading + 8);
+  const size_t workers = worker_threads(o);
   svr.new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
   svr.set_payload_max_length(o.max_body_bytes);
 
   svr.set_pre_routing_handler([&](const httplib::Request& req, httplib::Response& res) {
-    HttpServer::request_read();
     if (o.api_key.empty() || req.path == "/health" || req.method == "OPTIONS" || authorized(req, o.api_key))
       return httplib::Server::HandlerResponse::Unhandled;
     send_error(res, api_of_path(req.path), ApiError(401, "invalid or missing API key", "authentication_error", "", "invalid_api_key"));
     return httplib::Server::HandlerResponse::Handled;
   });
-  // Statuses set by httplib itself (404, 413, 400 for unreadable requests) get a JSON error body;
-  // a known path asked with the wrong method is 405 with an Allow header.
-  svr.set_error_handler(httplib::Server::HandlerWithResponse([&](const httplib::Request& req, httplib::Response& res) {
+  // Statuses set by httplib itself (404, 413, 414, 400 for unreadable requests) and by the
+  // connection layer (408, 411, 413, 429, 431, 503, 400 for bad framing) get a JSON error body
+  // saying what happened; a known path asked with the wrong method is 405 with an Allow header.
+  svr.set_error_reply([&](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    const std::optional<ReadProblem> problem = HttpServer::read_problem();
+    if (problem) res.status = problem->status;
     const auto route = route_methods().find(req.path);
-    const bool model_path = req.path.rfind("/v1/models/", 0) == 0;
+    const bool model_path = req.path.rfind("/v1/models/", 0) == 0;  // GET matches every one
     if (res.status == 404 && (route != route_methods().end() || model_path)) {
       const std::string allow = route != route_methods().end() ? route->second : "GET";
       res.status = 405;
       res.set_header("Allow", allow);
-      send_error(res, api_of_path(req.path), ApiError(405, fmt::format("{} does not accept {}; use {}", req.path, req.method, allow),
-                                                      "invalid_request_error", "", "method_not_allowed"));
+      send_error(res, api_of_path(req.path),
+                 ApiError(405, fmt::format("{} does not accept {}; use {}", printable(req.path), printable(req.method), allow),
+                          "invalid_request_error", "", "method_not_allowed"));
       return httplib::Server::HandlerResponse::Handled;
     }
-    // cpp-httplib caps form-encoded bodies at 8 KiB, below --max-body: curl -d sends that type.
-    const bool form =
-        req.get_header_value("Content-Type").rfind("application/x-www-form-urlencoded", 0) == 0;
-    std::string msg =
-        res.status == 413 && form
-            ? "a form-encoded request body (Content-Type: application/x-www-form-urlencoded, curl "
-              "-d's default) may not exceed 8192 bytes; send the JSON as Content-Type: "
-              "application/json"
-        : res.status == 413
-            ? fmt::format(
-                  "the request body is larger than the server's limit of {} bytes (--max-body)",
-                  o.max_body_bytes)
-        : res.status == 404 ? fmt::format("no route for {} {}", req.method, req.path)
-                            : fmt::format("HTTP error {}", res.status);
-    send_error(res, api_of_path(req.path), ApiError(res.status, msg, "invalid_request_error", "", res.status == 413 ? "payload_too_large" : ""));
+    if (res.status == 429 || res.status == 503) res.set_header("Retry-After", "1");
+    send_error(res, api_of_path(req.path), connection_error(req, res.status, problem, o, svr.limits()));
     return httplib::Server::HandlerResponse::Handled;
-  }));
+  });
   svr.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
     std::string msg = "internal error";
     try {
@@ -470,38 +530,42 @@ int serve(Engine& engine, const ServerOptions& o) {
       res.set_header("Access-Control-Allow-Origin", o.cors_origin);
       if (o.cors_origin != "*") res.set_header("Vary", "Origin");
     });
-    svr.Options(".*", [&](const httplib::Request&, httplib::Response& res) {
+    svr.Options(".*", routed([&](const httplib::Request&, httplib::Response& res) {
       res.status = 204;
       res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
       res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type, x-api-key, anthropic-version");
       res.set_header("Access-Control-Max-Age", "600");
-    });
+    }));
   }
   // Access log: UTC time, client, method, path, status and milliseconds from the request's arrival
   // to the end of the response (for a stream, its last event).
-  svr.set_logger([&](const httplib::Request& req, const httplib::Response& res) {
+  // A request refused before its request line arrived has no method or path: "-" stands for them.
+  svr.set_access_log([&](const httplib::Request& req, const httplib::Response& res) {
     {
       std::lock_guard<std::mutex> lock(counters.mutex);
       ++counters.by_status[res.status];
     }
     if (req.path != "/health" && req.path != "/metrics")
-      std::fprintf(stderr, "%s %s %s %s %d %.1f ms\n", utc_now().c_str(), req.remote_addr.c_str(), req.method.c_str(),
-                   req.path.c_str(), res.status, 1000.0 * seconds_since(HttpServer::request_started()));
+      std::fprintf(stderr, "%s %s %s %s %d %.1f ms\n", utc_now().c_str(), req.remote_addr.c_str(),
+                   req.method.empty() ? "-" : printable(req.method).c_str(),
+                   req.path.empty() ? "-" : printable(req.path).c_str(), res.status,
+                   1000.0 * seconds_since(HttpServer::request_started()));
   });
 
-  svr.Get("/health", [&](const httplib::Request&, httplib::Response& res) {
+  svr.Get("/health", routed([&](const httplib::Request&, httplib::Response& res) {
     const SchedulerStats st = scheduler.stats();
     res.set_content(health_json(st), "application/json");
     if (!st.pipeline_error.empty()) res.status = 503;
-  });
-  svr.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
+  }));
+  svr.Get("/metrics", routed([&](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_text(scheduler.stats(), counters), "text/plain; version=0.0.4");
-  });
-  svr.Get("/v1/models", [&](const httplib::Request&, httplib::Response& res) { routes.models(res); });
-  svr.Get(R"(/v1/models/(.+))", [&](const httplib::Request& req, httplib::Response& res) { routes.model(req.matches[1], res); });
-  svr.Post("/v1/chat/completions", [&](const httplib::Request& req, httplib::Response& res) { routes.completion(Api::kChat, req, res); });
-  svr.Post("/v1/completions", [&](const httplib::Request& req, httplib::Response& res) { routes.completion(Api::kCompletion, req, res); });
-  svr.Post("/v1/messages", [&](const httplib::Request& req, httplib::Response& res) { routes.completion(Api::kMessages, req, res); });
+  }));
+  // "/v1/models/" (a trailing slash, as some clients join paths) is the list too.
+  svr.Get(R"(/v1/models/?)", routed([&](const httplib::Request&, httplib::Response& res) { routes.models(res); }));
+  svr.Get(R"(/v1/models/(.+))", routed([&](const httplib::Request& req, httplib::Response& res) { routes.model(req.matches[1], res); }));
+  svr.Post("/v1/chat/completions", routed([&](const httplib::Request& req, httplib::Response& res) { routes.completion(Api::kChat, req, res); }));
+  svr.Post("/v1/completions", routed([&](const httplib::Request& req, httplib::Response& res) { routes.completion(Api::kCompletion, req, res); }));
+  svr.Post("/v1/messages", routed([&](const httplib::Request& req, httplib::Response& res) { routes.completion(Api::kMessages, req, res); }));
 
   std::string error;
   const int port = svr.bind(o.host, o.port, error);
@@ -522,29 +586,32 @@ int serve(Engine& engine, const ServerOptions& o) {
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
-  // A pipeline's stage 0 has no grace period: mpirun sends SIGTERM when any rank of the job ends
-  // and SIGKILL a moment later, and the scheduler may be stuck waiting for a dead stage, so running
-  // requests are answered with an error at once.
   const bool pipeline = engine.info().n_stages > 1;
-  const double grace = pipeline ? 0 : o.shutdown_grace_seconds;
   std::atomic<bool> listen_done{false};
   std::thread signals([&] {
-    int sig = 0;
-    sigwait(&set, &sig);
+    siginfo_t info{};
+    const int sig = sigwaitinfo(&set, &info);
     if (listen_done) return;
+    // In a pipeline, mpirun (this process's parent) signals every rank when one of them ends and
+    // kills them a moment later: no grace period can be granted then, and the scheduler may be
+    // stuck waiting for a dead stage, so running requests are answered at once; so too after a
+    // stage failed (on_pipeline_failure signals this process). A signal from anyone else (a user
+    // stopping rank 0) is a shutdown like any other: the grace period holds.
+    const bool job_ending = pipeline && info.si_code == SI_USER && info.si_pid == getppid();
+    const double grace = job_ending || pipeline_failed ? 0 : o.shutdown_grace_seconds;
     std::fprintf(stderr,
-                 "sluice serve: %s: no new connections; %zu running request(s) may finish within "
+                 "sluice serve: %s%s: no new connections; %zu running request(s) may finish within "
                  "%g s (again: end them now)\n",
-                 sig == SIGTERM ? "SIGTERM" : "SIGINT", routes.running(), grace);
+                 sig == SIGTERM ? "SIGTERM" : "SIGINT", job_ending ? " from mpirun" : "", routes.running(), grace);
     svr.stop_accepting();
     const auto until = Clock::now() + std::chrono::duration<double>(std::max(0.0, grace));
     const timespec tick{0, 100'000'000};
     while (!listen_done) {
-      if (sigtimedwait(&set, nullptr, &tick) > 0 || Clock::now() >= until) {
+      if (sigtimedwait(&set, nullptr, &tick) > 0 || Clock::now() >= until || pipeline_failed) {
         if (!listen_done) std::fprintf(stderr, "sluice serve: ending %zu request(s)\n", routes.running());
-        routes.end_all(pipeline ? "the server is shutting down: its MPI job is ending (a pipeline "
-                                  "stage may have failed)"
-                                : "");
+        routes.end_all(job_ending ? "the server is shutting down: mpirun is ending its MPI job (a pipeline "
+                                    "stage ended, or the job was stopped)"
+                                  : "");
         return;
       }
     }

@@ -21,7 +21,18 @@ struct ServerOptions {
   double shutdown_grace_seconds = 30;  // after SIGTERM, running requests may finish this long
   double request_read_seconds = 10;    // the whole header and body of a request must arrive this fast
   int max_reading = 256;               // connections still sending a request; more are refused
+  int max_reading_per_client = 0;      // of them from one client address; 0: a quarter of max_reading
 };
+
+// The HTTP worker threads serve() runs: every waiting or streaming request holds one, and so does
+// every connection still sending its request; a reserve on top keeps /health and /metrics served.
+size_t worker_threads(const ServerOptions& options);
+// The memory serve() needs beside the engine's, for the memory plan (EngineOptions::overhead_bytes):
+// its worker threads, each counted at 64 KiB: the stack pages a worker touches serving requests
+// (24 KiB measured over chat, completion, streaming and malformed requests) and the kernel memory
+// of a thread that a cgroup charges (28 KiB: 9.1 MiB for 337 threads in scripts/soak). Request
+// bodies are transient and left to the plan's margin.
+uint64_t memory_overhead(const ServerOptions& options);
 
 // Serves until SIGINT or SIGTERM (which the caller must have blocked in every thread, so that this
 // function's signal thread receives them); then stops accepting, lets running requests finish for

@@ -245,3 +245,45 @@ TEST(ChatPipe, ReadsPlainLinesWithoutATerminal) {
   EXPECT_NE(out.find("last turn: prompt "), std::string::npos) << out;
   EXPECT_NE(out.find("unknown command '/bogus'"), std::string::npos) << out;
 }
+
+namespace {
+
+// `sluice chat` on the tiny model with `lines` piped in; stdout and stderr together.
+sluice::test::ShellResult piped_chat(const std::string& lines, const std::string& flags) {
+  return sluice::test::sh("printf '" + lines + "' | " + SLUICE_BIN + " chat -m " + kTiny + " --temp 0 -t 2 " + flags);
+}
+
+}  // namespace
+
+// A full context drops the oldest turns and goes on, as llama.cpp does (it stopped and asked for
+// /clear): here in the middle of the second and third replies (each reply is the whole -n 60, the
+// context 128), the reply continuing after the shorter conversation.
+TEST(ChatPipe, AFullContextShiftsOutTheOldestTurnsByDefault) {
+  const auto r = piped_chat("Hi\\nThen\\nAnd\\n/stats\\n", "-n 60 -c 128");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("[context full: dropped the 2 oldest message(s) and evaluated "), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("/clear"), std::string::npos) << r.out;
+  EXPECT_EQ(stat_number(r.out, R"(session: (\d+) turns)"), 3) << r.out;
+  EXPECT_EQ(stat_number(r.out, R"(decode (\d+) tokens)"), 60) << r.out;  // the last reply went on to -n
+  EXPECT_EQ(stat_number(r.out, R"(cached; (\d+) messages)"), 2) << r.out;
+  // Before a turn that would leave no room for a reply, too.
+  const auto before = piped_chat(
+      "In the beginning God created the heaven and the earth\\nAnd the earth was without form\\n"
+      "And God said let there be light\\n/stats\\n",
+      "-n 20 -c 64");
+  ASSERT_EQ(before.status, 0) << before.out;
+  EXPECT_NE(before.out.find("[context: dropped the 2 oldest message(s) to make room;"), std::string::npos) << before.out;
+  EXPECT_EQ(stat_number(before.out, R"(session: (\d+) turns)"), 3) << before.out;
+}
+
+// --no-context-shift keeps the old behaviour: stop, and ask for /clear or /ctx.
+TEST(ChatPipe, NoContextShiftStopsAndAsksForClear) {
+  const auto r = piped_chat("Hi\\nThen\\nAnd\\n/stats\\n", "-n 60 -c 128 --no-context-shift");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("[context full at 128 tokens: /clear or /ctx N]"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("the context holds 128: /clear to start over or /ctx N for a larger context (message not sent)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("dropped the"), std::string::npos) << r.out;
+  EXPECT_EQ(stat_number(r.out, R"(session: (\d+) turns)"), 2) << r.out;
+}

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -18,6 +19,18 @@ struct Result {
   int status;
   std::string out;
 };
+
+// The column of every '|' in a table line, counting UTF-8 characters (not bytes).
+std::vector<size_t> bar_columns(const std::string& line) {
+  std::vector<size_t> at;
+  size_t col = 0;
+  for (unsigned char ch : line) {
+    if ((ch & 0xC0) == 0x80) continue;  // a continuation byte
+    if (ch == '|') at.push_back(col);
+    ++col;
+  }
+  return at;
+}
 
 Result run(const std::string& args) {
   const std::string cmd = std::string(SLUICE_BIN) + " " + args + " 2>&1";
@@ -83,11 +96,19 @@ TEST(Cli, RunPrintsAContinuation) {
 
 TEST(Cli, BadInputsGivePreciseErrors) {
   Result r = run("run -m /nonexistent.gguf -p hi");
-  EXPECT_EQ(r.status, 1);
-  EXPECT_NE(r.out.find("cannot open '/nonexistent.gguf'"), std::string::npos) << r.out;
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("File does not exist: /nonexistent.gguf"), std::string::npos) << r.out;
+  // A bad size is an argument error like any bad value (it exited 1).
   r = run("run -m " + kModel + " -p hi --ssd-streaming-cache-experts 12XB");
-  EXPECT_EQ(r.status, 1);
-  EXPECT_NE(r.out.find("unknown unit 'xb'"), std::string::npos) << r.out;
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("sluice run: --ssd-streaming-cache-experts: unknown unit 'xb' in '12XB'"), std::string::npos)
+      << r.out;
+  r = run("serve -m " + kModel + " --max-body 4QB");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("--max-body: unknown unit 'qb'"), std::string::npos) << r.out;
+  r = run("inspect -m " + kModel + " --ram lots");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("--ram: 'lots' is not a size"), std::string::npos) << r.out;
   r = run("run -m " + kModel + " -p hi --experts sideways");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.out.find("--experts"), std::string::npos) << r.out;
@@ -166,4 +187,82 @@ TEST(Cli, FlagsSpelledAsInLlamaCppAndArgumentErrorsExit2NamingTheFlag) {
   EXPECT_NE(r.out.find("--ssd-streaming-cache-experts: 2GiB is larger than --mem-limit 1GiB"),
             std::string::npos)
       << r.out;
+}
+
+// --help and `help` go to standard output (`sluice --help | less` showed nothing), and
+// `sluice help CMD` is `sluice CMD --help`.
+TEST(Cli, HelpGoesToStandardOutput) {
+  // run() appends 2>&1 to the pipeline's last command: grep sees only what went to stdout.
+  Result r = run("--help 2>/dev/null | grep -c '^  [a-z]'");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_GE(std::stoi(r.out), 12) << r.out;
+  r = run("help 2>/dev/null | grep 'generate text from a prompt'");
+  EXPECT_EQ(r.status, 0) << r.out;
+  r = run("help help 2>/dev/null | grep 'generate text from a prompt'");
+  EXPECT_EQ(r.status, 0) << r.out;
+  r = run("help run 2>/dev/null | grep -e '--session-overwrite'");
+  EXPECT_EQ(r.status, 0) << r.out;
+  r = run("help serve 2>/dev/null | grep -e '--max-reading-per-client'");
+  EXPECT_EQ(r.status, 0) << r.out;
+  r = run("help nosuchcommand");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("sluice help: unknown command 'nosuchcommand'"), std::string::npos) << r.out;
+}
+
+// -q leaves nothing on stderr for a run that goes well (the model, weights, KV, prefill and draft
+// lines printed anyway).
+TEST(Cli, QuietIsQuiet) {
+  // Only stderr comes back: run() appends 2>&1 after the group, whose stdout goes nowhere.
+  const std::string args = "run -m " + kModel + " -p 'In the beginning' -n 4 --temp 0";
+  const Result r = run(args + " -q 2>/dev/stdout >/dev/null </dev/null | cat");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out, "");
+  const Result loud = run(args + " 2>/dev/stdout >/dev/null </dev/null | cat");
+  EXPECT_NE(loud.out.find("prefill: "), std::string::npos) << loud.out;
+}
+
+// Every model command takes the model as -m or as its first argument, default the shipped one.
+TEST(Cli, EveryModelCommandTakesTheModelTheSameWay) {
+  Result r = run("inspect");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("qwen3moe"), std::string::npos) << r.out;
+  r = run("tokenize -p 'In the beginning' --ids");
+  EXPECT_EQ(r.status, 0) << r.out;
+  r = run("tokenize " + kModel + " -p 'In the beginning' --ids");
+  EXPECT_EQ(r.status, 0) << r.out;
+  r = run("run " + kModel + " -p 'In the beginning' -n 2 --temp 0");
+  EXPECT_EQ(r.status, 0) << r.out;
+  r = run("run " + kModel + " -m " + kModel + " -p hi");
+  EXPECT_EQ(r.status, 2) << r.out;  // both ways at once
+}
+
+// bench: one "experts:" line (it printed "experts: experts: ram"), and the table's columns line up.
+TEST(Cli, BenchTableLinesUp) {
+  const Result r = run("bench -m " + kModel + " -p 16 -n 4 -r 2 -o table");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out.find("experts: experts:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("experts: ram"), std::string::npos) << r.out;
+  std::vector<std::string> rows;
+  size_t at = 0;
+  while (at < r.out.size()) {
+    const size_t eol = r.out.find('\n', at);
+    const std::string line = r.out.substr(at, eol == std::string::npos ? std::string::npos : eol - at);
+    if (line.rfind("|", 0) == 0) rows.push_back(line);
+    at = eol == std::string::npos ? r.out.size() : eol + 1;
+  }
+  ASSERT_EQ(rows.size(), 4u) << r.out;  // header, rule, pp16, tg4
+  for (const std::string& row : rows) EXPECT_EQ(bar_columns(row), bar_columns(rows[0])) << row << "\n" << r.out;
+}
+
+// --stats: sizes in one unit (MiB, as the other lines), and the read bytes and prefetch figures
+// say what they count.
+TEST(Cli, StatsSayWhatTheyCount) {
+  const Result r = run("run -m " + kModel + " -p 'In the beginning' -n 8 --temp 0 --experts stream --stats");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("MiB read from disk"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("misses and prefetches"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("precision"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(read-ahead experts that were used)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(expert requests a read-ahead served)"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find(" MB"), std::string::npos) << r.out;
 }

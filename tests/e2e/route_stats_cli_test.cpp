@@ -76,7 +76,7 @@ TEST(RouteStatsCli, TraceFromPerplexityAndReplayInBench) {
 
   r = cli("bench -m " + kModel + " -p 16 -n 4 -r 1 -o csv --replay-routing " + trace);
   ASSERT_EQ(r.status, 0) << r.out;
-  EXPECT_NE(r.out.find("routing: routing replayed from " + trace), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("routing replayed from " + trace), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("tg4,4,1"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("," + trace + "\n"), std::string::npos) << r.out;
 

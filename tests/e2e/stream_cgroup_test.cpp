@@ -81,7 +81,9 @@ TEST_P(StreamCgroup, LogitsEqualInRamAndPeakWithinLimit) {
   fs::remove(cg, ec);
   ASSERT_EQ(b.status, 0) << b.out;
   EXPECT_LE(peak, c.limit);
-  if (automatic) EXPECT_NE(b.out.find("experts: preloaded"), std::string::npos) << "auto mode did not stream: " << b.out;
+  if (automatic) {
+    EXPECT_NE(b.out.find("experts: preloaded"), std::string::npos) << "auto mode did not stream: " << b.out;
+  }
 
   ShellResult a = sh(bin + args + " --experts ram -o " + ram_json);
   ASSERT_EQ(a.status, 0) << a.out;

@@ -85,8 +85,8 @@ TEST_F(TokenizeCli, ErrorsExitNonZeroWithAMessage) {
   const CliResult both = sluice_cli("tokenize -m " + kStories + " -p a -f b");
   EXPECT_NE(both.code, 0);
   const CliResult missing = sluice_cli("tokenize -m /nonexistent.gguf -p a");
-  EXPECT_EQ(missing.code, 1);
-  EXPECT_NE(missing.out.find("nonexistent.gguf"), std::string::npos) << missing.out;
+  EXPECT_EQ(missing.code, 2);  // an argument error, as for every model command
+  EXPECT_NE(missing.out.find("File does not exist: /nonexistent.gguf"), std::string::npos) << missing.out;
 }
 
 // A tiny byte-level BPE in HF's format: ByteLevel pre-tokenizer (GPT-2 regex), string merges, one

@@ -252,6 +252,19 @@ TEST_F(PipelineMpiModel, EachStageStreamsUnderItsOwnCgroupLimit) {
   EXPECT_EQ(read_file(dir_ / "stream.json"), read_file(dir_ / "ram.json"));
 }
 
+// `run` in 2 stages: both ranks print their summary, and neither reports drafts (a pipeline
+// verifies none) nor a step count of 0 (rank 1 printed "8 tokens in 0 forward passes").
+TEST(PipelineMpiRun, StagesReportNoDraftsAndNoEmptyStepCount) {
+  const std::string model = std::string(SLUICE_SOURCE_DIR) + "/models/sluice-tiny-moe.gguf";
+  const ShellResult r = sh(mpirun(2, "run -t 1 -m " + model + " -p 'In the beginning' -n 8 --temp 0"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  size_t decodes = 0;
+  for (size_t at = r.out.find("decode: 8 tokens"); at != std::string::npos; at = r.out.find("decode: 8 tokens", at + 1))
+    ++decodes;
+  EXPECT_EQ(decodes, 2u) << r.out;
+  EXPECT_EQ(r.out.find("forward passes"), std::string::npos) << r.out;
+}
+
 TEST_F(PipelineMpiModel, StoppedStageFailsTheJobNamingIt) {
   const Ended e = signal_stage(SIGSTOP);
   EXPECT_NE(e.r.status, 0) << e.r.out;

@@ -108,6 +108,42 @@ TEST(ServePipeline, TwoAndThreeStagesAnswerConcurrentRequestsAsOneProcess) {
   }
 }
 
+// SIGTERM to stage 0 from a user is a shutdown like one process's: running requests go on for
+// --shutdown-grace, then end with the server's shutdown error, and the job exits 0 (it answered
+// at once with "a pipeline stage may have failed" though none had).
+TEST(ServePipeline, SigtermToStageZeroHonoursTheGracePeriod) {
+  const fs::path pids = pid_dir("grace");
+  Server s({"--shutdown-grace", "3", "-c", "16384", "--stage-timeout", "20"}, kRefModel, launcher(2, pids));
+  ASSERT_GT(s.port(), 0) << s.log();
+  const int fd = connect_to(s.port());
+  ASSERT_GE(fd, 0);
+  const std::string req = request_text(
+      "POST", "/v1/completions",
+      R"({"prompt":"Hello","max_tokens":100000,"temperature":0,"stream":true,"ignore_eos":true})", "");
+  ASSERT_EQ(send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+  std::string got;
+  char buf[4096];
+  while (got.find("data: {") == std::string::npos) {
+    const ssize_t n = recv(fd, buf, sizeof buf, 0);
+    ASSERT_GT(n, 0) << got;
+    got.append(buf, n);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  kill(rank_pid(pids, 0), SIGTERM);
+  ssize_t n;
+  while ((n = recv(fd, buf, sizeof buf, 0)) > 0) got.append(buf, n);
+  close(fd);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const int status = s.wait_exit(30s);
+  const std::string log = sluice::test::read_file(s.log());
+  EXPECT_GT(secs, 2.9) << "the stream did not run on through the grace period; log: " << log;
+  EXPECT_LT(secs, 15.0);
+  EXPECT_NE(got.find(R"("code":"server_shutdown")"), std::string::npos) << got.substr(got.size() > 600 ? got.size() - 600 : 0);
+  EXPECT_EQ(got.find("pipeline stage"), std::string::npos) << got.substr(got.size() > 600 ? got.size() - 600 : 0);
+  EXPECT_NE(log.find("may finish within 3 s"), std::string::npos) << log;
+  EXPECT_EQ(status, 0) << log;
+}
+
 // Starts a long streaming request on a 2-stage server, signals stage 1 with `sig` once tokens
 // flow, and returns what the client read, the job's exit status and the seconds to its end.
 struct Outcome {

@@ -280,10 +280,11 @@ TEST(InspectCli, HumanOutputAndErrors) {
   EXPECT_EQ(status, 0) << out;
   EXPECT_NE(out.find("no tensors (vocabulary-only file)"), std::string::npos) << out;
   EXPECT_NE(out.find("verdict: near in-RAM speed"), std::string::npos) << out;
+  // A missing file and a bad size are argument errors (exit 2), naming the file and the flag.
   out = run("inspect /nonexistent.gguf --ram 1GB", &status);
-  EXPECT_NE(status, 0);
-  EXPECT_NE(out.find("cannot open '/nonexistent.gguf'"), std::string::npos) << out;
+  EXPECT_EQ(WEXITSTATUS(status), 2);
+  EXPECT_NE(out.find("File does not exist: /nonexistent.gguf"), std::string::npos) << out;
   out = run("inspect " + test::testdata("models/stories260K.gguf") + " --ram 12XB", &status);
-  EXPECT_NE(status, 0);
+  EXPECT_EQ(WEXITSTATUS(status), 2);
   EXPECT_NE(out.find("--ram: unknown unit 'xb'"), std::string::npos) << out;
 }

@@ -69,6 +69,25 @@ TEST(MemoryPlan, SlotsAndContextScaleTheKvCache) {
   EXPECT_EQ(p.cache_bytes, p.usable - (500 * kMiB + p.kv_bytes + 256 * kMiB));
 }
 
+// A server's own threads (EngineOptions::overhead_bytes) are a fixed cost like the KV cache: the
+// expert cache gets what is left after them (issue 34: the soak peaked at its cgroup limit).
+TEST(MemoryPlan, FrontEndOverheadIsSetAsideBeforeTheCache) {
+  PlanRequest r = hard(2 * kGiB);
+  const MemoryPlan without = plan_memory(facts(), r);
+  r.overhead = 21 * kMiB;
+  const MemoryPlan with = plan_memory(facts(), r);
+  ASSERT_TRUE(with.ok) << with.reason;
+  EXPECT_EQ(with.overhead, 21 * kMiB);
+  EXPECT_EQ(with.fixed, without.fixed + 21 * kMiB);
+  EXPECT_EQ(with.cache_bytes, without.cache_bytes - 21 * kMiB);
+  EXPECT_EQ(with.reason, "95 % of --mem-limit (2.00 GiB) minus resident weights, KV, front-end overhead and margin");
+  // Too much of it for the budget is refused, saying how much it was.
+  r.overhead = 2 * kGiB;
+  const MemoryPlan none = plan_memory(facts(), r);
+  EXPECT_FALSE(none.ok);
+  EXPECT_NE(none.reason.find("2.00 GiB of front-end overhead"), std::string::npos) << none.reason;
+}
+
 TEST(MemoryPlan, SmallBudgetsKeepAnEighthAsMargin) {
   MemoryFacts f = facts();
   f.resident_bytes = 10 * kMiB;

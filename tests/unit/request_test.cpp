@@ -94,6 +94,29 @@ TEST_F(GenerationTest, EndOfGenerationEmitsNoTextAndCancelWins) {
   EXPECT_EQ(tail, "");
 }
 
+// A pipeline stage without logits takes each step's token from the last stage: it counts the
+// same steps (issue 34: rank 1 printed "32 tokens in 0 forward passes").
+TEST_F(GenerationTest, TokensSampledElsewhereCountAsSteps) {
+  const std::vector<int32_t> prompt = {the()};
+  Generation last(*tk_, greedy(3), prompt, 0), other(*tk_, greedy(3), prompt, 0);
+  std::string emitted;
+  for (int i = 0; i < 3; ++i) {
+    const Generation::Step st = last.take(pick(the()), {}, 1 + i, 100, nullptr);
+    ASSERT_EQ(st.tokens.size(), 1u);
+    const Generation::Step got = other.take_sampled(st.tokens[0], [&](const Generation::Sampled& s) {
+      emitted += s.text;
+      return true;
+    });
+    EXPECT_EQ(got.tokens, st.tokens);
+  }
+  std::string tail;
+  const GenerateResult a = last.finish(&tail), b = other.finish(&tail);
+  EXPECT_EQ(a.n_steps, 3);
+  EXPECT_EQ(b.n_steps, a.n_steps);
+  EXPECT_EQ(b.tokens, a.tokens);
+  EXPECT_EQ(emitted + tail, a.text);
+}
+
 TEST(ReusablePrefix, CommonPrefixOneShortOfThePrompt) {
   const std::vector<int32_t> cached = {1, 2, 3, 4};
   EXPECT_EQ(reusable_prefix(cached, std::vector<int32_t>{1, 2, 9}), 2);
