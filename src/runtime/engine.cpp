@@ -61,6 +61,7 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& o) {
   const HParams& hp = impl->model->hparams();
   if (impl->tokenizer->n_vocab() > hp.n_vocab)
     fail("the tokenizer has {} tokens but the model's embedding has {} rows", impl->tokenizer->n_vocab(), hp.n_vocab);
+  impl->grammars = std::make_unique<GrammarCache>(*impl->tokenizer, hp.n_vocab);
   if (o.n_ctx < 0) fail("context size {} is negative", o.n_ctx);
   // 0: the trained length, at most 4096. A larger explicit size is honoured (as llama.cpp does):
   // positions past the trained length may degrade, so it is said, never silently capped.
@@ -129,6 +130,8 @@ std::string Engine::detokenize(std::span<const int32_t> tokens) const {
 }
 
 bool Engine::is_eog(int32_t token) const { return impl_->tokenizer->is_eog(token); }
+
+void Engine::check_grammar(std::string_view grammar) const { impl_->grammars->get(grammar); }
 
 int32_t Engine::share_token(int32_t token) { return impl_->link ? impl_->link->share_token(token) : token; }
 
@@ -345,6 +348,9 @@ std::vector<float> Session::evaluate_all(std::span<const int32_t> toks) {
 
 GenerateResult Session::generate(std::span<const int32_t> prompt, const GenerateOptions& o, const TokenCallback& on_token) {
   Impl& s = *impl_;
+  // A bad grammar fails before the prompt costs anything.
+  std::shared_ptr<const grammar::TokenGrammar> grammar;
+  if (!o.grammar.empty()) grammar = s.engine->grammars->get(o.grammar);
   Timer t;
   evaluate(prompt);
   const double prefill_seconds = t.seconds();
@@ -361,7 +367,7 @@ GenerateResult Session::generate(std::span<const int32_t> prompt, const Generate
         "is {})",
         draft_mode_name(s.engine->options.draft));
   }
-  Generation gen(*s.engine->tokenizer, go, prompt, s.reused);
+  Generation gen(*s.engine->tokenizer, go, prompt, s.reused, std::move(grammar));
   t.reset();
   auto emit = [&](const Generation::Sampled& next) { return !on_token || on_token(next.token, next.text); };
   // The logits of one step: the prompt's last token, then each decode pass's pending token and drafts.
