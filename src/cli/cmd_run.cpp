@@ -20,6 +20,8 @@ int cmd_run(int argc, char** argv) {
   add_sampling_flags(app, go.sampling);
   DraftFlags df;
   add_draft_flags(app, df);
+  GrammarFlags gf;
+  add_grammar_flags(app, gf);
   std::string prompt, prompt_file;
   bool stats = false, no_bos = false;
   auto* p = app.add_option("-p,--prompt", prompt, "prompt text");
@@ -37,6 +39,7 @@ int cmd_run(int argc, char** argv) {
   if (prompt.empty()) fail("give a prompt with -p TEXT or -f FILE");
   go.stop_at_eog = !ignore_eos;
   go.draft = draft_options(df);
+  go.grammar = grammar_from_flags(gf);
 
   EngineOptions eo = engine_options(mf);
   set_engine_draft(eo, df, go.draft);
@@ -50,6 +53,7 @@ int cmd_run(int argc, char** argv) {
              mi.routed_bytes / 1e6, mi.experts_detail);
   fmt::print(stderr, "KV cache {:.1f} MB at {} tokens of context; lockable memory {}\n", mi.kv_bytes / 1e6, mi.n_ctx,
              mi.memlock_limit ? fmt::format("{:.1f} MB", mi.memlock_limit / 1e6) : std::string("unlimited"));
+  check_grammar_flags(*engine, gf, go.grammar);
   auto tokens = engine->tokenize(prompt, !no_bos);
   auto session = engine->new_session();
   if (!session_file.empty()) restore_session(*session, session_file);
@@ -74,9 +78,16 @@ int cmd_run(int argc, char** argv) {
     fmt::print(stderr, "session: saved {} tokens to {}\n", session->tokens().size(), session_file);
   }
   const int n_gen = static_cast<int>(r.tokens.size());
-  if (r.finish == FinishReason::kLength && n_gen < go.max_tokens)
+  const bool context_full = static_cast<int>(session->tokens().size()) + 1 >= session->n_ctx();
+  if (r.finish == FinishReason::kLength && n_gen < go.max_tokens && context_full)
     fmt::print(stderr, "generation stopped after {} of {} tokens: the context of {} tokens is full (-c to enlarge it)\n", n_gen,
                go.max_tokens, session->n_ctx());
+  else if (r.finish == FinishReason::kLength && n_gen < go.max_tokens)
+    fmt::print(stderr, "generation stopped after {} tokens: no token of the vocabulary continues the grammar\n", n_gen);
+  if (!go.grammar.empty())
+    fmt::print(stderr, "grammar: {}; masks and matching {:.3f} ms per token\n",
+               r.finish == FinishReason::kLength ? "output unfinished (length)" : "output complete",
+               n_gen ? 1e3 * r.grammar_seconds / n_gen : 0.0);
   fmt::print(stderr, "prefill: {} tokens in {:.3f} s ({:.2f} t/s); decode: {} tokens in {:.3f} s ({:.2f} t/s)\n",
              r.n_prompt, r.prefill_seconds, r.n_prompt / std::max(r.prefill_seconds, 1e-9), n_gen,
              r.decode_seconds, n_gen / std::max(r.decode_seconds, 1e-9));
