@@ -19,6 +19,10 @@ namespace {
 // left out, so each character is one code point (what minLength and maxLength count).
 constexpr const char* kStringChar =
     R"([^"\\\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" ( [0-9a-cA-CefEF] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2} ) ))";
+// The same without characters beyond U+FFFF, for strings with a maxLength: JSON Schema counts
+// such a character once, JavaScript (zod's .max()) twice, and a string must satisfy both.
+constexpr const char* kBmpStringChar =
+    R"([^"\\\x00-\x1F\U00010000-\U0010FFFF] | "\\" ( ["\\/bfnrt] | "u" ( [0-9a-cA-CefEF] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2} ) ))";
 constexpr const char* kQuote = R"("\"")";
 
 // Largest magnitude a bounded number is written with (15 digits).
@@ -173,7 +177,7 @@ std::string JsonSchemaConverter::string(const OrderedJson& s, const std::string&
   if (min > kMaxRepetition)
     error(path + "/minLength", fmt::format("minLength above {} is not supported", kMaxRepetition));
   if (max > kMaxRepetition) max = kMaxRepetition;  // shorter strings stay valid
-  const std::string c = w_.rule(name("char"), kStringChar);
+  const std::string c = max >= 0 ? w_.rule(name("bmp-char"), kBmpStringChar) : w_.rule(name("char"), kStringChar);
   std::string count = "*";
   if (min > 0 || max >= 0) count = fmt::format("{{{},{}}}", min, max < 0 ? "" : std::to_string(max));
   return w_.rule(name("string"), fmt::format("{} {}{} {}", kQuote, c, count, kQuote));

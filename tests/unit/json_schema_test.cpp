@@ -155,7 +155,9 @@ TEST(JsonSchema, StringsLengthsFormatsAndPatterns) {
   EXPECT_FALSE(len(R"("a")"));
   EXPECT_TRUE(len(R"("ab")"));
   EXPECT_TRUE(len(R"("\n\"é")"));  // escapes and non-ASCII count as one character each
-  EXPECT_TRUE(len("\"😀😀\""));
+  EXPECT_TRUE(len("\"éé\""));
+  EXPECT_FALSE(len("\"😀😀\""));  // JavaScript counts each twice: bounded strings keep to U+FFFF
+  EXPECT_TRUE(Schema(R"({"type":"string"})")("\"😀😀😀\""));
   EXPECT_FALSE(len(R"("abcd")"));
   EXPECT_FALSE(len("\"a\nb\""));  // raw control characters are not JSON
   EXPECT_FALSE(len(R"("\ud800x")"));  // lone surrogate escapes are left out
