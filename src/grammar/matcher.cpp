@@ -1,5 +1,6 @@
 // A grammar bound to a vocabulary, and one generation's walk through it (see token_grammar.h).
 #include <algorithm>
+#include <bit>
 #include <limits>
 
 #include "core/error.h"
@@ -120,13 +121,10 @@ bool GrammarMatcher::mask(std::span<const float> logits, std::vector<float>& out
         *hit = {stacks, bits_};
       }
     }
-    const std::vector<uint64_t>& bits = hit->bits;
-    out.resize(logits.size());
-    for (size_t id = 0; id < logits.size(); ++id) {
-      const bool on = bits[id >> 6] >> (id & 63) & 1;
-      out[id] = on ? logits[id] : kOff;
-      any = any || on;
-    }
+    size_t count = 0;
+    for (uint64_t w : hit->bits) count += static_cast<size_t>(std::popcount(w));
+    apply_bits(logits, hit->bits, count, out);
+    any = count > 0;
   }
   if (eog && state_.can_end)
     for (int32_t id : grammar_->vocab().eog())

@@ -61,6 +61,27 @@ void step(const Automaton& a, const Walk& from, uint8_t byte, Walk& to) {
 
 }  // namespace
 
+void apply_bits(std::span<const float> in, const std::vector<uint64_t>& bits, size_t count, std::vector<float>& out) {
+  constexpr float kOff = -std::numeric_limits<float>::infinity();
+  const size_t n = in.size();
+  // Start from whichever side is larger, then visit only the other side's bits.
+  if (count * 2 > n) {
+    out.assign(in.begin(), in.end());
+    for (size_t w = 0; w * 64 < n; ++w)
+      for (uint64_t off = w < bits.size() ? ~bits[w] : ~uint64_t{0}; off; off &= off - 1) {
+        const size_t id = w * 64 + static_cast<size_t>(std::countr_zero(off));
+        if (id < n) out[id] = kOff;
+      }
+  } else {
+    out.assign(n, kOff);
+    for (size_t w = 0; w < bits.size() && w * 64 < n; ++w)
+      for (uint64_t on = bits[w]; on; on &= on - 1) {
+        const size_t id = w * 64 + static_cast<size_t>(std::countr_zero(on));
+        if (id < n) out[id] = in[id];
+      }
+  }
+}
+
 MatchState start_state(const Automaton& a) {
   MatchState s;
   Stack prefix;
@@ -121,16 +142,7 @@ void TokenSet::apply(std::span<const float> in, std::vector<float>& out) const {
       for (size_t id = static_cast<size_t>(n_rows_); id < n; ++id) out[id] = kOff;
       return;
     case Kind::kBits:
-      out.resize(n);
-      for (size_t w = 0; w * 64 < n; ++w) {
-        const uint64_t word = w < bits_.size() ? bits_[w] : 0;
-        const size_t end = std::min(n, w * 64 + 64);
-        if (word == ~uint64_t{0}) {
-          std::copy(in.begin() + w * 64, in.begin() + end, out.begin() + w * 64);
-        } else {
-          for (size_t id = w * 64; id < end; ++id) out[id] = word >> (id & 63) & 1 ? in[id] : kOff;
-        }
-      }
+      apply_bits(in, bits_, count_, out);
       return;
   }
 }
