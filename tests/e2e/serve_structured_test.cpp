@@ -91,8 +91,8 @@ Server* ServeStructured::server_ = nullptr;
 
 TEST_F(ServeStructured, ResponseFormatJsonSchemaStreamedAndNot) {
   json outputs = json::array();
-  for (int seed = 1; seed <= 6; ++seed) {
-    const bool stream = seed > 3;
+  for (int seed = 1; seed <= 4; ++seed) {
+    const bool stream = seed > 2;
     const json body = chat({{"seed", seed}, {"stream", stream},
                             {"response_format", {{"type", "json_schema"},
                                                  {"json_schema", {{"name", "reply"}, {"strict", true}, {"schema", kReply}}}}}});
@@ -146,7 +146,7 @@ TEST_F(ServeStructured, LlamaServerGrammarAndJsonSchemaFields) {
 TEST_F(ServeStructured, ForcedToolCallsInOpenAiShape) {
   json weather = json::array(), booking = json::array();
   const json choices[] = {"required", {{"type", "function"}, {"function", {{"name", "book"}}}}};
-  for (int seed = 1; seed <= 8; ++seed) {
+  for (int seed = 1; seed <= 4; ++seed) {
     const bool stream = seed % 2 == 0;
     const json& choice = choices[(seed / 2) % 2];
     const Http h = post("/v1/chat/completions", chat({{"seed", seed}, {"stream", stream}, {"tools", openai_tools()},
@@ -186,7 +186,7 @@ TEST_F(ServeStructured, ForcedToolCallsInAnthropicShape) {
   json weather = json::array(), booking = json::array();
   // "any" may call several tools in one reply; "tool" with disable_parallel_tool_use calls one.
   const json choices[] = {{{"type", "any"}}, {{"type", "tool"}, {"name", "get_weather"}, {"disable_parallel_tool_use", true}}};
-  for (int seed = 1; seed <= 8; ++seed) {
+  for (int seed = 1; seed <= 4; ++seed) {
     const bool stream = seed % 2 == 0;
     const json& choice = choices[(seed / 2) % 2];
     json body = {{"messages", json::array({{{"role", "user"}, {"content", "Help me."}}})}, {"max_tokens", 300},
