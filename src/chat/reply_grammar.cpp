@@ -57,7 +57,7 @@ std::string json_reply_grammar(ChatSyntax syntax, std::string_view schema_json, 
   if (schema.is_discarded()) fail("json schema: the schema is not valid JSON");
   GbnfWriter w;
   grammar::JsonSchemaConverter c(w, schema, "");
-  const std::string value = c.value(schema, "");
+  const std::string value = c.convert(schema, "");
   const std::string prefix = content_prefix(syntax, starts_in_reasoning);
   return w.text(prefix.empty() ? value : GbnfWriter::literal(prefix) + " " + value);
 }
@@ -70,7 +70,7 @@ std::string tool_call_grammar(ChatSyntax syntax, std::string_view tools_json, st
   for (size_t i = 0; i < tools.size(); ++i) {
     grammar::JsonSchemaConverter c(w, tools[i].parameters, fmt::format("t{}-", i));
     try {
-      args.push_back(c.value(tools[i].parameters, ""));
+      args.push_back(c.convert(tools[i].parameters, ""));
     } catch (const Error& e) {
       fail("tool '{}' parameters: {}", tools[i].name, e.what());
     }

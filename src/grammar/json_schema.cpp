@@ -54,7 +54,7 @@ std::vector<std::string> types_of(const OrderedJson& s) {
     if (any_of(kStringKeys)) types.push_back("string");
     if (any_of(kNumberKeys)) types.push_back("number");
   }
-  if (!types.empty() && s.value("nullable", false) &&
+  if (!types.empty() && s.contains("nullable") && s["nullable"] == true &&
       std::find(types.begin(), types.end(), "null") == types.end())
     types.push_back("null");
   return types;
@@ -308,15 +308,18 @@ OrderedJson JsonSchemaConverter::merge_all(const OrderedJson& s, const std::stri
         o = intersect(a, b);
         if (o.empty()) error(part_at, "allOf: no type satisfies every part");
       } else if (k == "properties") {
+        if (!o.is_object() || !v.is_object()) error(part_at, "'properties' must be an object");
         for (const auto& [p, ps] : v.items())
           o[p] = o.contains(p) ? OrderedJson{{"allOf", OrderedJson::array({o[p], ps})}} : ps;
       } else if (k == "required") {
         for (const auto& r : v)
           if (std::find(o.begin(), o.end(), r) == o.end()) o.push_back(r);
-      } else if (k == "minLength" || k == "minItems" || k == "minimum") {
-        o = std::max(o.get<double>(), v.get<double>());
-      } else if (k == "maxLength" || k == "maxItems" || k == "maximum") {
-        o = std::min(o.get<double>(), v.get<double>());
+      } else if (k == "minLength" || k == "minItems" || k == "minimum" || k == "maxLength" || k == "maxItems" ||
+                 k == "maximum") {
+        if (!o.is_number() || !v.is_number()) error(part_at, fmt::format("'{}' must be a number", k));
+        // The stricter bound; integer keywords stay integers.
+        const bool lower = k.starts_with("min");
+        if (lower ? v > o : v < o) o = v;
       } else if (k == "enum") {
         o = intersect(std::vector<OrderedJson>(o.begin(), o.end()), std::vector<OrderedJson>(v.begin(), v.end()));
         if (o.empty()) error(part_at, "allOf: the enums share no value");
@@ -479,7 +482,16 @@ std::string json_schema_to_gbnf(std::string_view schema_json) {
   if (schema.is_discarded()) fail("json schema: the schema is not valid JSON");
   GbnfWriter w;
   JsonSchemaConverter c(w, schema, "");
-  return w.text(c.value(schema, ""));
+  return w.text(c.convert(schema, ""));
+}
+
+std::string JsonSchemaConverter::convert(const OrderedJson& schema, const std::string& path) {
+  try {
+    return value(schema, path);
+  } catch (const nlohmann::json::exception& e) {
+    // A keyword of the wrong JSON type that no check above caught.
+    fail("json schema: malformed schema: {}", e.what());
+  }
 }
 
 }  // namespace sluice::grammar

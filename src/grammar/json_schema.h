@@ -36,14 +36,15 @@ class JsonSchemaConverter {
   JsonSchemaConverter(GbnfWriter& out, const OrderedJson& document, std::string prefix);
 
   // A GBNF expression matching the JSON text of the values `schema` accepts. `path`: where the
-  // schema is (a JSON pointer), for messages. Throws sluice::Error.
-  std::string value(const OrderedJson& schema, const std::string& path);
-
-  // Shared pieces: optional whitespace, and any JSON value.
-  std::string ws();
-  std::string any_value();
+  // schema is (a JSON pointer), for messages. Throws sluice::Error, also for a keyword value of
+  // the wrong JSON type.
+  std::string convert(const OrderedJson& schema, const std::string& path);
 
  private:
+  std::string value(const OrderedJson& schema, const std::string& path);
+  // Shared pieces, defined once per converter: optional whitespace, and any JSON value.
+  std::string ws();
+  std::string any_value();
   [[noreturn]] void error(const std::string& path, const std::string& what) const;
   std::string typed(const OrderedJson& s, const std::string& type, const std::string& path);
   std::string object(const OrderedJson& s, const std::string& path);

@@ -69,9 +69,10 @@ TokenGrammar::TokenGrammar(const Grammar& g, std::shared_ptr<const VocabTrie> vo
 
 bool TokenGrammar::matchable(int32_t token) const {
   if (token < 0 || token >= vocab_->n_rows() || vocab_->bytes(token).empty()) return false;
+  // Both lists are in id order.
   const auto& control = vocab_->control();
-  return std::find(control.begin(), control.end(), token) == control.end() ||
-         std::find(controls_.begin(), controls_.end(), token) != controls_.end();
+  return !std::binary_search(control.begin(), control.end(), token) ||
+         std::binary_search(controls_.begin(), controls_.end(), token);
 }
 
 bool TokenGrammar::allows(const MatchState& s, int32_t token) const {

@@ -42,8 +42,8 @@ class VocabTrie {
   }
   // End-of-generation tokens: they end the text and are allowed only where the grammar may end.
   const std::vector<int32_t>& eog() const { return eog_; }
-  // Control tokens with text (<|im_start|>, harmony's <|channel|>, …): left out of the trie, a
-  // grammar matches one only where a literal of the grammar spells it.
+  // Control tokens with text (<|im_start|>, harmony's <|channel|>, …), in id order: left out of
+  // the trie, a grammar matches one only where a literal of the grammar spells it.
   const std::vector<int32_t>& control() const { return control_; }
 
  private:

@@ -212,6 +212,9 @@ TEST(JsonSchema, UnsupportedKeywordsAreNamedWithTheirPlace) {
       {R"(false)", "the schema false accepts no value"},
       {R"({"type":"objekt"})", "unknown type 'objekt'"},
       {"{not json", "not valid JSON"},
+      {R"({"allOf":[{"type":"integer","minimum":"a"},{"minimum":1}]})", "'minimum' must be a number"},
+      {R"({"type":"object","properties":5})", "'properties' must be an object"},
+      {R"({"type":"string","minLength":-1})", "'minLength' must be a non-negative integer"},
   };
   for (auto [schema, message] : cases) {
     const std::string e = error_of(schema);
