@@ -104,6 +104,7 @@ class GrammarMatcher {
   // Complete, and nothing can follow.
   bool closed() const { return state_.can_end && state_.stacks.empty(); }
   bool is_eog(int32_t token) const;
+  int n_rows() const { return grammar_->vocab().n_rows(); }
 
  private:
   std::shared_ptr<const TokenGrammar> grammar_;

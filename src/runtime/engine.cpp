@@ -188,6 +188,8 @@ std::vector<Generation::Step> decode_steps(Engine::Impl& e, std::span<const Deco
   for (size_t i = 0; i < jobs.size(); ++i) {
     Generation& gen = *jobs[i].gen;
     if (gen.limit_reached(jobs[i].n_used, n_ctx)) continue;
+    // The last stage samples nothing where a grammar allows no token; so does this one.
+    if (tokens[i] < 0 && gen.grammar_blocked()) continue;
     if (tokens[i] < 0)
       fail("{} sampled no token where {} expected one: the stages disagree on the step",
            e.link->describe(e.link->n_stages() - 1), e.link->describe(e.link->stage()));

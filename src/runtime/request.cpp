@@ -83,6 +83,13 @@ std::span<const float> Generation::constrain(std::span<const float> logits) {
   return {};
 }
 
+bool Generation::grammar_blocked() {
+  if (!grammar_) return false;
+  // Any finite logits will do: only the mask's emptiness matters.
+  const std::vector<float> flat(static_cast<size_t>(grammar_->n_rows()), 0.0f);
+  return constrain(flat).empty();
+}
+
 Generation::Sampled Generation::sample(std::span<const float> logits) {
   const std::span<const float> row = constrain(logits);
   if (row.empty()) return {};

@@ -73,6 +73,9 @@ class Generation {
   // same accounting as sample() without the sampling. `logits` (empty on a stage without them)
   // give the token's log-probabilities when the request asks for them.
   Sampled accept(int32_t token, std::span<const float> logits = {});
+  // A pipeline stage without logits: true, and finished with kLength, when the grammar allows no
+  // token here (sample() on the last stage then finished the same way without a token).
+  bool grammar_blocked();
   // Log-probabilities recorded since the previous call (GenerateOptions::logprobs ≥ 0).
   std::vector<TokenLogprob> take_logprobs();
 

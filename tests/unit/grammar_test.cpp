@@ -13,6 +13,7 @@
 #include "gguf/writer.h"
 #include "grammar/token_grammar.h"
 #include "qwen3_model.h"
+#include "runtime/request.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
 
@@ -256,8 +257,10 @@ TEST(GrammarMask, EndOfGenerationOnlyWhereTheTextMayEnd) {
   EXPECT_EQ(m3.valid_prefix(std::vector<int32_t>{eog}, true), 0u);
 }
 
-TEST(GrammarMask, NoTokenCanStartIsAnError) {
-  // A vocabulary without byte tokens cannot spell every text.
+namespace {
+
+// A vocabulary without byte tokens, which cannot spell every text: "a", "b", "ab", end of text.
+std::unique_ptr<Tokenizer> ab_tokenizer(std::unique_ptr<gguf::File>& file) {
   gguf::Writer w;
   w.set("general.architecture", gguf::Value::str("vocab"));
   w.set("tokenizer.ggml.model", gguf::Value::str("gpt2"));
@@ -268,8 +271,15 @@ TEST(GrammarMask, NoTokenCanStartIsAnError) {
   w.set("tokenizer.ggml.eos_token_id", gguf::Value::u32(3));
   const std::string path = (test::scratch_dir() / "ab-vocab.gguf").string();
   w.write(path);
-  auto file = gguf::File::open(path);
-  auto tok = Tokenizer::from_gguf(*file);
+  file = gguf::File::open(path);
+  return Tokenizer::from_gguf(*file);
+}
+
+}  // namespace
+
+TEST(GrammarMask, NoTokenCanStartIsAnError) {
+  std::unique_ptr<gguf::File> file;
+  auto tok = ab_tokenizer(file);
   auto vocab = std::make_shared<const VocabTrie>(*tok, tok->n_vocab());
   try {
     TokenGrammar g("root ::= \"c\" | [x-z]\n", vocab);
@@ -280,9 +290,30 @@ TEST(GrammarMask, NoTokenCanStartIsAnError) {
               std::string::npos)
         << e.what();
   }
-  TokenGrammar ok("root ::= \"ab\"+\n", vocab);
   GrammarMatcher m(std::make_shared<const TokenGrammar>("root ::= \"ab\"+\n", vocab));
   std::vector<float> logits(4, 0.0f), out;
   EXPECT_TRUE(m.mask(logits, out, true));
   EXPECT_TRUE(std::isfinite(out[0]) && std::isfinite(out[2]) && !std::isfinite(out[1]) && !std::isfinite(out[3]));
+}
+
+TEST(GrammarMask, AVocabularyThatCannotContinueEndsTheTextUnfinished) {
+  std::unique_ptr<gguf::File> file;
+  auto tok = ab_tokenizer(file);
+  auto g = std::make_shared<const TokenGrammar>("root ::= \"ab\" \"c\"\n", std::make_shared<const VocabTrie>(*tok, 4));
+  GenerateOptions o;
+  o.sampling.temperature = 0;
+  o.draft.mode = DraftMode::kNone;
+  // The last stage: "ab" is sampled, then no token can write the "c".
+  Generation last(*tok, o, std::vector<int32_t>{0}, 0, g);
+  EXPECT_EQ(last.sample(std::vector<float>{0, 0, 5, 0}).token, 2);
+  EXPECT_EQ(last.sample(std::vector<float>{0, 0, 5, 0}).token, -1);
+  EXPECT_TRUE(last.finished());
+  std::string tail;
+  EXPECT_EQ(last.finish(&tail).finish, FinishReason::kLength);
+  // A pipeline stage without logits reaches the same end.
+  Generation follower(*tok, o, std::vector<int32_t>{0}, 0, g);
+  EXPECT_FALSE(follower.grammar_blocked());
+  follower.accept(2);
+  EXPECT_TRUE(follower.grammar_blocked());
+  EXPECT_EQ(follower.finish(&tail).finish, FinishReason::kLength);
 }
