@@ -33,7 +33,8 @@ std::string read(const std::string& path) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: bench_grammar VOCAB.gguf SCHEMA.json|GRAMMAR.gbnf [TOKENS] [WALKS]\n");
+    std::fprintf(stderr,
+                 "usage: bench_grammar VOCAB.gguf SCHEMA.json|GRAMMAR.gbnf [TOKENS] [WALKS]\n");
     return 2;
   }
   const std::string spec = read(argv[2]);
@@ -44,8 +45,8 @@ int main(int argc, char** argv) {
   auto tok = Tokenizer::from_gguf(*file);
   Timer t;
   auto vocab = std::make_shared<const grammar::VocabTrie>(*tok, tok->n_vocab());
-  std::printf("vocabulary: %d tokens, trie of %zu nodes built in %.1f ms\n", tok->n_vocab(), vocab->nodes().size(),
-              t.seconds() * 1e3);
+  std::printf("vocabulary: %d tokens, trie of %zu nodes built in %.1f ms\n", tok->n_vocab(),
+              vocab->nodes().size(), t.seconds() * 1e3);
   t.reset();
   const std::string text = gbnf ? spec : json_schema_grammar(spec);
   auto g = std::make_shared<const grammar::TokenGrammar>(text, vocab);
@@ -74,9 +75,11 @@ int main(int argc, char** argv) {
       }
       complete += m.closed();
     }
-    std::printf("%s: %d tokens in %d walks (%d complete): mask %.1f us/token (worst %.2f ms), accept %.1f us/token\n",
-                pass == 0 ? "first use (masks computed)" : "cached (a repeated schema)", steps, walks, complete,
-                mask_s / steps * 1e6, worst * 1e3, accept_s / steps * 1e6);
+    std::printf(
+        "%s: %d tokens in %d walks (%d complete): mask %.1f us/token (worst %.2f ms), accept %.1f "
+        "us/token\n",
+        pass == 0 ? "first use (masks computed)" : "cached (a repeated schema)", steps, walks,
+        complete, mask_s / steps * 1e6, worst * 1e3, accept_s / steps * 1e6);
   }
   return 0;
 }

@@ -6,7 +6,8 @@
 // end inside a character. A JSON Schema becomes a grammar with json_schema_grammar().
 //
 //   GenerateOptions o;
-//   o.grammar = sluice::json_schema_grammar(R"({"type":"object","properties":{"n":{"type":"integer"}}})");
+//   o.grammar =
+//   sluice::json_schema_grammar(R"({"type":"object","properties":{"n":{"type":"integer"}}})");
 //   session->generate(prompt, o, on_token);  // the text parses as JSON valid under the schema
 #pragma once
 

@@ -37,7 +37,8 @@ std::vector<Tool> read_tools(std::string_view tools_json, std::string_view only)
   std::vector<Tool> out;
   for (const auto& t : tools) {
     const OrderedJson& f = t.contains("function") ? t["function"] : t;
-    if (!f.is_object() || !f.contains("name") || !f["name"].is_string()) fail("tools: every tool needs a name");
+    if (!f.is_object() || !f.contains("name") || !f["name"].is_string())
+      fail("tools: every tool needs a name");
     Tool tool{f["name"].get<std::string>(), f.contains("parameters") && !f["parameters"].is_null()
                                                 ? f["parameters"]
                                                 : OrderedJson{{"type", "object"}}};
@@ -52,7 +53,8 @@ std::vector<Tool> read_tools(std::string_view tools_json, std::string_view only)
 
 }  // namespace
 
-std::string json_reply_grammar(ChatSyntax syntax, std::string_view schema_json, bool starts_in_reasoning) {
+std::string json_reply_grammar(ChatSyntax syntax, std::string_view schema_json,
+                               bool starts_in_reasoning) {
   const OrderedJson schema = OrderedJson::parse(schema_json, nullptr, false);
   if (schema.is_discarded()) fail("json schema: the schema is not valid JSON");
   GbnfWriter w;
@@ -62,8 +64,8 @@ std::string json_reply_grammar(ChatSyntax syntax, std::string_view schema_json, 
   return w.text(prefix.empty() ? value : GbnfWriter::literal(prefix) + " " + value);
 }
 
-std::string tool_call_grammar(ChatSyntax syntax, std::string_view tools_json, std::string_view name, bool parallel,
-                              bool starts_in_reasoning) {
+std::string tool_call_grammar(ChatSyntax syntax, std::string_view tools_json, std::string_view name,
+                              bool parallel, bool starts_in_reasoning) {
   const std::vector<Tool> tools = read_tools(tools_json, name);
   GbnfWriter w;
   std::vector<std::string> args;
@@ -76,28 +78,34 @@ std::string tool_call_grammar(ChatSyntax syntax, std::string_view tools_json, st
     }
   }
   // One alternative per tool: its name and arguments in the family's call syntax.
-  auto calls = [&](const std::function<std::string(const std::string& name, const std::string& args)>& call) {
+  auto calls = [&](const std::function<std::string(const std::string& name,
+                                                   const std::string& args)>& call) {
     std::string alts;
-    for (size_t i = 0; i < tools.size(); ++i) alts += (i ? " | " : "") + call(tools[i].name, args[i]);
+    for (size_t i = 0; i < tools.size(); ++i)
+      alts += (i ? " | " : "") + call(tools[i].name, args[i]);
     return w.rule("call", alts);
   };
   std::string body;
   switch (syntax) {
     case ChatSyntax::kHermes: {
       const std::string one = calls([](const std::string& n, const std::string& args) {
-        return fmt::format("{} {} \"}}\"", GbnfWriter::literal("{\"name\": " + OrderedJson(n).dump() + ", \"arguments\": "), args);
+        return fmt::format(
+            "{} {} \"}}\"",
+            GbnfWriter::literal("{\"name\": " + OrderedJson(n).dump() + ", \"arguments\": "), args);
       });
-      const std::string block = w.rule("block", fmt::format("\"<tool_call>\\n\" {} \"\\n</tool_call>\"", one));
+      const std::string block =
+          w.rule("block", fmt::format("\"<tool_call>\\n\" {} \"\\n</tool_call>\"", one));
       body = parallel ? fmt::format("{0} ( \"\\n\" {0} )*", block) : block;
       break;
     }
     case ChatSyntax::kDeepSeek: {
       const std::string one = calls([](const std::string& n, const std::string& args) {
-        return fmt::format("{} {} {}", GbnfWriter::literal("<｜tool▁call▁begin｜>" + n + "<｜tool▁sep｜>"), args,
-                           GbnfWriter::literal("<｜tool▁call▁end｜>"));
+        return fmt::format("{} {} {}",
+                           GbnfWriter::literal("<｜tool▁call▁begin｜>" + n + "<｜tool▁sep｜>"),
+                           args, GbnfWriter::literal("<｜tool▁call▁end｜>"));
       });
-      body = fmt::format("{} {}{} {}", GbnfWriter::literal("<｜tool▁calls▁begin｜>"), one, parallel ? "+" : "",
-                         GbnfWriter::literal("<｜tool▁calls▁end｜>"));
+      body = fmt::format("{} {}{} {}", GbnfWriter::literal("<｜tool▁calls▁begin｜>"), one,
+                         parallel ? "+" : "", GbnfWriter::literal("<｜tool▁calls▁end｜>"));
       break;
     }
     case ChatSyntax::kKimi: {
@@ -106,10 +114,11 @@ std::string tool_call_grammar(ChatSyntax syntax, std::string_view tools_json, st
       const int n = parallel ? 8 : 1;
       for (int k = n - 1; k >= 0; --k) {
         const std::string one = calls([k](const std::string& name, const std::string& args) {
-          return fmt::format("{} {} {}",
-                             GbnfWriter::literal(fmt::format("<|tool_call_begin|>functions.{}:{}<|tool_call_argument_begin|>",
-                                                             name, k)),
-                             args, GbnfWriter::literal("<|tool_call_end|>"));
+          return fmt::format(
+              "{} {} {}",
+              GbnfWriter::literal(fmt::format(
+                  "<|tool_call_begin|>functions.{}:{}<|tool_call_argument_begin|>", name, k)),
+              args, GbnfWriter::literal("<|tool_call_end|>"));
         });
         seq = k == 0 ? one + " " + seq : w.rule("more", fmt::format("( {} {} )?", one, seq));
       }
@@ -121,12 +130,17 @@ std::string tool_call_grammar(ChatSyntax syntax, std::string_view tools_json, st
       // The prompt ends with "<|start|>assistant"; a call is one message, ended by <|call|> (an
       // end-of-generation token).
       body = calls([](const std::string& n, const std::string& args) {
-        return fmt::format("{} {}", GbnfWriter::literal(" to=functions." + n + "<|channel|>commentary json<|message|>"), args);
+        return fmt::format(
+            "{} {}",
+            GbnfWriter::literal(" to=functions." + n + "<|channel|>commentary json<|message|>"),
+            args);
       });
       break;
     default:
-      fail("forcing a tool call is not supported for the {} chat syntax (its calls have no JSON form to constrain)",
-           chat_syntax_name(syntax));
+      fail(
+          "forcing a tool call is not supported for the {} chat syntax (its calls have no JSON "
+          "form to constrain)",
+          chat_syntax_name(syntax));
   }
   if (starts_in_reasoning && syntax != ChatSyntax::kHarmony) body = "\"</think>\" " + body;
   return w.text(body);

@@ -82,8 +82,10 @@ void Automaton::determinize(const Nfas& nfas) {
       auto [it, added] = ids.emplace(set, n_states());
       if (added) {
         if ((static_cast<size_t>(n_states()) + 1) * n_classes_ > kMaxTableEntries)
-          fail("grammar: too large (more than {} automaton states); use fewer or smaller repetitions",
-               kMaxTableEntries / n_classes_);
+          fail(
+              "grammar: too large (more than {} automaton states); use fewer or smaller "
+              "repetitions",
+              kMaxTableEntries / n_classes_);
         trans_.resize(trans_.size() + n_classes_, -1);
         final_.push_back(0);
         calls_.emplace_back();
@@ -125,7 +127,8 @@ void Automaton::trim() {
   std::vector<std::vector<int32_t>> back(n), call_deps(n);
   for (int32_t s = 0; s < n; ++s) {
     for (int cl = 0; cl < n_classes_; ++cl)
-      if (const int32_t t = trans_[static_cast<size_t>(s) * n_classes_ + cl]; t >= 0) back[t].push_back(s);
+      if (const int32_t t = trans_[static_cast<size_t>(s) * n_classes_ + cl]; t >= 0)
+        back[t].push_back(s);
     for (auto [callee, ret] : calls_[s]) {
       call_deps[rule_start_[callee]].push_back(s);
       call_deps[ret].push_back(s);
@@ -152,7 +155,9 @@ void Automaton::trim() {
       if (!productive[s] && call_productive(s)) productive[s] = 1, todo.push_back(s);
   }
   if (!productive[root_start()])
-    fail("grammar: it matches no text at all: every way through 'root' needs a rule that never ends");
+    fail(
+        "grammar: it matches no text at all: every way through 'root' needs a rule that never "
+        "ends");
   for (int32_t s = 0; s < n; ++s) {
     for (int cl = 0; cl < n_classes_; ++cl) {
       int32_t& t = trans_[static_cast<size_t>(s) * n_classes_ + cl];
@@ -216,9 +221,10 @@ void Automaton::check_left_recursion(const Grammar& g, const std::vector<int>& s
         for (auto it = std::find(path.begin(), path.end(), q); it != path.end(); ++it)
           chain += rule_names_[*it] + " -> ";
         chain += rule_names_[q];
-        fail("grammar: {}: rule '{}' is left-recursive ({}): it can reach itself before matching a "
-             "character; rewrite it with repetition, e.g. x ::= y (\"+\" y)*",
-             source_position(g.source, g.rules[sources[q]].pos), rule_names_[q], chain);
+        fail(
+            "grammar: {}: rule '{}' is left-recursive ({}): it can reach itself before matching a "
+            "character; rewrite it with repetition, e.g. x ::= y (\"+\" y)*",
+            source_position(g.source, g.rules[sources[q]].pos), rule_names_[q], chain);
       }
       if (state[q] == 0) visit(q);
     }

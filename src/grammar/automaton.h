@@ -64,7 +64,7 @@ class Automaton {
   std::vector<uint8_t> plain_;
   std::vector<uint8_t> consumes_;
   std::vector<std::string> rule_names_;  // for messages
-  std::vector<int32_t> closure_index_;  // per state: index into closure_ (−1: not built yet)
+  std::vector<int32_t> closure_index_;   // per state: index into closure_ (−1: not built yet)
   std::vector<Closure> closure_;
 };
 

@@ -25,7 +25,9 @@ std::string source_position(std::string_view text, size_t pos) {
   return fmt::format("line {}, column {}", line, column);
 }
 
-std::vector<CodeRange> any_char() { return {{0, 0xD7FF}, {0xE000, 0x10FFFF}}; }
+std::vector<CodeRange> any_char() {
+  return {{0, 0xD7FF}, {0xE000, 0x10FFFF}};
+}
 
 namespace {
 
@@ -60,7 +62,8 @@ std::vector<CodeRange> normalize_ranges(std::vector<CodeRange> r, bool negate) {
   return out;
 }
 
-std::vector<CodeRange> subtract_ranges(const std::vector<CodeRange>& a, const std::vector<CodeRange>& b) {
+std::vector<CodeRange> subtract_ranges(const std::vector<CodeRange>& a,
+                                       const std::vector<CodeRange>& b) {
   // a ∩ complement(b)
   const std::vector<CodeRange> keep = normalize_ranges(b, true);
   std::vector<CodeRange> out;
@@ -155,8 +158,10 @@ class Parser {
     r.pos = start;
     r.defined = true;
     if (peek() == '\r') ++i_;
-    if (peek() == '\n') ++i_;
-    else if (!at_end()) error(i_, describe_here("a newline or the end of the rule"));
+    if (peek() == '\n')
+      ++i_;
+    else if (!at_end())
+      error(i_, describe_here("a newline or the end of the rule"));
     skip_space(true);
   }
 
@@ -204,7 +209,9 @@ class Parser {
         ++i_;
         skip_space(true);
         Expr group = parse_alternates(true);
-        if (peek() != ')') error(i_, describe_here(fmt::format("')' closing the group opened at {}", source_position(s_, at))));
+        if (peek() != ')')
+          error(i_, describe_here(fmt::format("')' closing the group opened at {}",
+                                              source_position(s_, at))));
         ++i_;
         seq.items.push_back(std::move(group));
       } else if (c == '.') {
@@ -308,9 +315,12 @@ class Parser {
     for (int k = 0; k < digits; ++k) {
       const char c = peek();
       int d = -1;
-      if (c >= '0' && c <= '9') d = c - '0';
-      else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-      else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
+      if (c >= '0' && c <= '9')
+        d = c - '0';
+      else if (c >= 'a' && c <= 'f')
+        d = c - 'a' + 10;
+      else if (c >= 'A' && c <= 'F')
+        d = c - 'A' + 10;
       if (d < 0) error(start, fmt::format("expected {} hex digits after the escape", digits));
       v = v * 16 + static_cast<uint32_t>(d);
       ++i_;
@@ -327,12 +337,24 @@ class Parser {
       const char e = peek();
       ++i_;
       switch (e) {
-        case 'x': cp = parse_hex(2); break;
-        case 'u': cp = parse_hex(4); break;
-        case 'U': cp = parse_hex(8); break;
-        case 't': cp = '\t'; break;
-        case 'r': cp = '\r'; break;
-        case 'n': cp = '\n'; break;
+        case 'x':
+          cp = parse_hex(2);
+          break;
+        case 'u':
+          cp = parse_hex(4);
+          break;
+        case 'U':
+          cp = parse_hex(8);
+          break;
+        case 't':
+          cp = '\t';
+          break;
+        case 'r':
+          cp = '\r';
+          break;
+        case 'n':
+          cp = '\n';
+          break;
         case '\\':
         case '"':
         case '[':
@@ -340,7 +362,8 @@ class Parser {
           cp = static_cast<unsigned char>(e);
           break;
         default:
-          error(at, fmt::format("unknown escape '\\{}'", e == '\0' ? std::string() : std::string(1, e)));
+          error(at, fmt::format("unknown escape '\\{}'",
+                                e == '\0' ? std::string() : std::string(1, e)));
       }
     } else {
       const size_t n = utf8::valid_char_len(s_, i_);
@@ -362,6 +385,8 @@ class Parser {
 
 }  // namespace
 
-Grammar parse_gbnf(std::string_view text) { return Parser(text).run(); }
+Grammar parse_gbnf(std::string_view text) {
+  return Parser(text).run();
+}
 
 }  // namespace sluice::grammar

@@ -61,6 +61,7 @@ std::vector<CodeRange> any_char();
 // Sorted, merged ranges; `negate` takes the complement within any_char().
 std::vector<CodeRange> normalize_ranges(std::vector<CodeRange> ranges, bool negate);
 // `a` without the code points of `b`.
-std::vector<CodeRange> subtract_ranges(const std::vector<CodeRange>& a, const std::vector<CodeRange>& b);
+std::vector<CodeRange> subtract_ranges(const std::vector<CodeRange>& a,
+                                       const std::vector<CodeRange>& b);
 
 }  // namespace sluice::grammar

@@ -15,8 +15,10 @@ std::string sanitize(std::string_view hint) {
   std::string out;
   for (char c : hint) {
     const bool word = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
-    if (word) out += c;
-    else if (!out.empty() && out.back() != '-') out += '-';
+    if (word)
+      out += c;
+    else if (!out.empty() && out.back() != '-')
+      out += '-';
   }
   while (!out.empty() && out.back() == '-') out.pop_back();
   if (out.empty() || out == "root") out = "r" + out;
@@ -27,12 +29,18 @@ std::string sanitize(std::string_view hint) {
 // and '^', which a class would otherwise read.
 std::string escape(uint32_t cp, bool cls) {
   switch (cp) {
-    case '"': return "\\\"";
-    case '\\': return "\\\\";
-    case '\n': return "\\n";
-    case '\r': return "\\r";
-    case '\t': return "\\t";
-    default: break;
+    case '"':
+      return "\\\"";
+    case '\\':
+      return "\\\\";
+    case '\n':
+      return "\\n";
+    case '\r':
+      return "\\r";
+    case '\t':
+      return "\\t";
+    default:
+      break;
   }
   if (cls && (cp == '[' || cp == ']')) return fmt::format("\\{}", static_cast<char>(cp));
   if (cls && (cp == '-' || cp == '^')) return fmt::format("\\x{:02X}", cp);

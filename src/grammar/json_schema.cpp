@@ -15,20 +15,43 @@ namespace {
 
 // Keywords that describe a schema without constraining values.
 const std::set<std::string> kAnnotations = {
-    "title",    "description", "$schema",    "$id",       "$comment",        "examples",        "default",
-    "deprecated", "readOnly",  "writeOnly",  "$defs",     "definitions",     "contentEncoding", "contentMediaType"};
+    "title",           "description",     "$schema",  "$id",       "$comment", "examples",
+    "default",         "deprecated",      "readOnly", "writeOnly", "$defs",    "definitions",
+    "contentEncoding", "contentMediaType"};
 // Keywords the converter honours.
-const std::set<std::string> kKeywords = {
-    "type",      "nullable",  "enum",          "const",      "properties",       "required",
-    "additionalProperties",   "items",         "prefixItems", "additionalItems", "minItems",
-    "maxItems",  "uniqueItems", "minLength",   "maxLength",  "pattern",          "format",
-    "minimum",   "maximum",   "exclusiveMinimum", "exclusiveMaximum", "anyOf",     "oneOf",
-    "allOf",     "$ref"};
+const std::set<std::string> kKeywords = {"type",
+                                         "nullable",
+                                         "enum",
+                                         "const",
+                                         "properties",
+                                         "required",
+                                         "additionalProperties",
+                                         "items",
+                                         "prefixItems",
+                                         "additionalItems",
+                                         "minItems",
+                                         "maxItems",
+                                         "uniqueItems",
+                                         "minLength",
+                                         "maxLength",
+                                         "pattern",
+                                         "format",
+                                         "minimum",
+                                         "maximum",
+                                         "exclusiveMinimum",
+                                         "exclusiveMaximum",
+                                         "anyOf",
+                                         "oneOf",
+                                         "allOf",
+                                         "$ref"};
 const std::set<std::string> kObjectKeys = {"properties", "required", "additionalProperties"};
-const std::set<std::string> kArrayKeys = {"items", "prefixItems", "additionalItems", "minItems", "maxItems"};
+const std::set<std::string> kArrayKeys = {"items", "prefixItems", "additionalItems", "minItems",
+                                          "maxItems"};
 const std::set<std::string> kStringKeys = {"minLength", "maxLength", "pattern", "format"};
-const std::set<std::string> kNumberKeys = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
-const std::vector<std::string> kAllTypes = {"object", "array", "string", "number", "boolean", "null"};
+const std::set<std::string> kNumberKeys = {"minimum", "maximum", "exclusiveMinimum",
+                                           "exclusiveMaximum"};
+const std::vector<std::string> kAllTypes = {"object", "array",   "string",
+                                            "number", "boolean", "null"};
 
 std::string pointer_escape(const std::string& key) {
   std::string out;
@@ -41,13 +64,15 @@ std::string pointer_escape(const std::string& key) {
 std::vector<std::string> types_of(const OrderedJson& s) {
   std::vector<std::string> types;
   if (const auto it = s.find("type"); it != s.end()) {
-    if (it->is_string()) types.push_back(it->get<std::string>());
+    if (it->is_string())
+      types.push_back(it->get<std::string>());
     else if (it->is_array())
       for (const auto& t : *it)
         if (t.is_string()) types.push_back(t.get<std::string>());
   } else {
     auto any_of = [&](const std::set<std::string>& keys) {
-      return std::any_of(keys.begin(), keys.end(), [&](const std::string& k) { return s.contains(k); });
+      return std::any_of(keys.begin(), keys.end(),
+                         [&](const std::string& k) { return s.contains(k); });
     };
     if (any_of(kObjectKeys)) types.push_back("object");
     if (any_of(kArrayKeys)) types.push_back("array");
@@ -78,7 +103,8 @@ std::string alternation(const std::vector<std::string>& alts) {
 
 }  // namespace
 
-JsonSchemaConverter::JsonSchemaConverter(GbnfWriter& out, const OrderedJson& document, std::string prefix)
+JsonSchemaConverter::JsonSchemaConverter(GbnfWriter& out, const OrderedJson& document,
+                                         std::string prefix)
     : w_(out), doc_(document), prefix_(std::move(prefix)) {}
 
 void JsonSchemaConverter::error(const std::string& path, const std::string& what) const {
@@ -99,14 +125,17 @@ std::string JsonSchemaConverter::any_value() {
   const std::string num = number(OrderedJson::object(), "", false);
   const std::string obj = w_.reserve(name("object"));
   const std::string arr = w_.reserve(name("array"));
-  w_.define(obj, fmt::format("\"{{\" {0} ( {1} {0} \":\" {0} {2} {0} ( \",\" {0} {1} {0} \":\" {0} {2} {0} )* )? \"}}\"",
+  w_.define(obj, fmt::format("\"{{\" {0} ( {1} {0} \":\" {0} {2} {0} ( \",\" {0} {1} {0} \":\" {0} "
+                             "{2} {0} )* )? \"}}\"",
                              w, str, any_));
   w_.define(arr, fmt::format("\"[\" {0} ( {1} {0} ( \",\" {0} {1} {0} )* )? \"]\"", w, any_));
-  w_.define(any_, fmt::format("{} | {} | {} | {} | \"true\" | \"false\" | \"null\"", obj, arr, str, num));
+  w_.define(any_,
+            fmt::format("{} | {} | {} | {} | \"true\" | \"false\" | \"null\"", obj, arr, str, num));
   return any_;
 }
 
-const OrderedJson& JsonSchemaConverter::resolve(const OrderedJson& s, const std::string& path, int depth) {
+const OrderedJson& JsonSchemaConverter::resolve(const OrderedJson& s, const std::string& path,
+                                                int depth) {
   if (!s.is_object() || !s.contains("$ref")) return s;
   if (depth > 64) error(path, "'$ref' references loop without reaching a schema");
   const OrderedJson& r = s["$ref"];
@@ -123,11 +152,14 @@ const OrderedJson& JsonSchemaConverter::resolve(const OrderedJson& s, const std:
     rest = slash == std::string::npos ? "" : rest.substr(slash);
     for (size_t p; (p = key.find("~1")) != std::string::npos;) key.replace(p, 2, "/");
     for (size_t p; (p = key.find("~0")) != std::string::npos;) key.replace(p, 2, "~");
-    if (at->is_object() && at->contains(key)) at = &(*at)[key];
-    else if (at->is_array() && !key.empty() && key.find_first_not_of("0123456789") == std::string::npos &&
+    if (at->is_object() && at->contains(key))
+      at = &(*at)[key];
+    else if (at->is_array() && !key.empty() &&
+             key.find_first_not_of("0123456789") == std::string::npos &&
              std::stoul(key) < at->size())
       at = &(*at)[std::stoul(key)];
-    else error(path, fmt::format("'$ref' {} points at nothing", pointer));
+    else
+      error(path, fmt::format("'$ref' {} points at nothing", pointer));
   }
   return resolve(*at, pointer, depth + 1);
 }
@@ -136,7 +168,8 @@ std::string JsonSchemaConverter::ref(const std::string& pointer, const std::stri
   if (const auto it = refs_.find(pointer); it != refs_.end()) return it->second;
   const OrderedJson& target = resolve(OrderedJson{{"$ref", pointer}}, path);
   const size_t slash = pointer.rfind('/');
-  const std::string rule = w_.reserve(name("ref-" + (slash == std::string::npos ? "root" : pointer.substr(slash + 1))));
+  const std::string rule =
+      w_.reserve(name("ref-" + (slash == std::string::npos ? "root" : pointer.substr(slash + 1))));
   refs_[pointer] = rule;
   w_.define(rule, value(target, pointer));
   return rule;
@@ -154,12 +187,14 @@ std::string JsonSchemaConverter::value(const OrderedJson& s, const std::string& 
   if (s.contains("$ref")) {
     for (const auto& [key, v] : s.items())
       if (key != "$ref" && !kAnnotations.contains(key))
-        error(path, fmt::format("'$ref' beside other keywords ('{}') is not supported; use allOf", key));
+        error(path,
+              fmt::format("'$ref' beside other keywords ('{}') is not supported; use allOf", key));
     if (!s["$ref"].is_string()) error(path, "'$ref' must be a string");
     return ref(s["$ref"].get<std::string>(), path);
   }
   if (s.contains("allOf")) return value(merge_all(s, path), path);
-  if (s.contains("anyOf") && s.contains("oneOf")) error(path, "anyOf and oneOf together are not supported");
+  if (s.contains("anyOf") && s.contains("oneOf"))
+    error(path, "anyOf and oneOf together are not supported");
   if (s.contains("anyOf")) return alternatives(s, "anyOf", path);
   if (s.contains("oneOf")) return alternatives(s, "oneOf", path);
   if (s.contains("const")) return GbnfWriter::literal(s["const"].dump());
@@ -184,7 +219,8 @@ std::string JsonSchemaConverter::value(const OrderedJson& s, const std::string& 
   return alts.size() == 1 ? alts[0] : w_.rule(name("union"), alternation(alts));
 }
 
-std::string JsonSchemaConverter::typed(const OrderedJson& s, const std::string& type, const std::string& path) {
+std::string JsonSchemaConverter::typed(const OrderedJson& s, const std::string& type,
+                                       const std::string& path) {
   if (type == "null") return "\"null\"";
   if (type == "boolean") return "( \"true\" | \"false\" )";
   if (type == "object") return object(s, path);
@@ -197,46 +233,55 @@ std::string JsonSchemaConverter::typed(const OrderedJson& s, const std::string& 
   error(path + "/type", fmt::format("unknown type '{}'", type));
 }
 
-std::string JsonSchemaConverter::alternatives(const OrderedJson& s, const char* key, const std::string& path) {
+std::string JsonSchemaConverter::alternatives(const OrderedJson& s, const char* key,
+                                              const std::string& path) {
   const OrderedJson& branches = s[key];
   const std::string at = path + "/" + key;
-  if (!branches.is_array() || branches.empty()) error(at, fmt::format("'{}' must be a non-empty array", key));
+  if (!branches.is_array() || branches.empty())
+    error(at, fmt::format("'{}' must be a non-empty array", key));
   // Keywords beside the combinator apply to every alternative.
   OrderedJson siblings = OrderedJson::object();
   for (const auto& [k, v] : s.items())
     if (k != key && !kAnnotations.contains(k)) siblings[k] = v;
   std::vector<OrderedJson> parts;
   for (const auto& b : branches)
-    parts.push_back(siblings.empty() ? b : OrderedJson{{"allOf", OrderedJson::array({siblings, b})}});
+    parts.push_back(siblings.empty() ? b
+                                     : OrderedJson{{"allOf", OrderedJson::array({siblings, b})}});
   if (std::string(key) == "oneOf") {
     // Valid under oneOf means valid under exactly one alternative: only alternatives that cannot
     // both accept a value are safe to offer side by side.
     struct Shape {
-      std::set<std::string> kinds;           // JSON types; empty: any
-      std::vector<OrderedJson> values;       // const / enum values, when the branch is one
+      std::set<std::string> kinds;      // JSON types; empty: any
+      std::vector<OrderedJson> values;  // const / enum values, when the branch is one
       std::map<std::string, std::vector<OrderedJson>> tags;  // required property → its constants
     };
     std::vector<Shape> shapes;
     for (size_t i = 0; i < parts.size(); ++i) {
-      const OrderedJson merged = merge_all(OrderedJson{{"allOf", OrderedJson::array({parts[i]})}}, at);
+      const OrderedJson merged =
+          merge_all(OrderedJson{{"allOf", OrderedJson::array({parts[i]})}}, at);
       Shape sh;
-      if (merged.contains("const")) sh.values = {merged["const"]};
+      if (merged.contains("const"))
+        sh.values = {merged["const"]};
       else if (merged.contains("enum") && merged["enum"].is_array())
         for (const auto& v : merged["enum"]) sh.values.push_back(v);
       for (const auto& v : sh.values) sh.kinds.insert(kind_of(v));
       if (sh.values.empty())
         for (std::string t : types_of(merged)) sh.kinds.insert(t == "integer" ? "number" : t);
-      if (merged.contains("properties") && merged.contains("required") && merged["required"].is_array())
+      if (merged.contains("properties") && merged.contains("required") &&
+          merged["required"].is_array())
         for (const auto& r : merged["required"]) {
           if (!r.is_string() || !merged["properties"].contains(r.get<std::string>())) continue;
           const OrderedJson& p = resolve(merged["properties"][r.get<std::string>()], at);
-          if (p.is_object() && p.contains("const")) sh.tags[r.get<std::string>()] = {p["const"]};
+          if (p.is_object() && p.contains("const"))
+            sh.tags[r.get<std::string>()] = {p["const"]};
           else if (p.is_object() && p.contains("enum") && p["enum"].is_array())
-            sh.tags[r.get<std::string>()] = std::vector<OrderedJson>(p["enum"].begin(), p["enum"].end());
+            sh.tags[r.get<std::string>()] =
+                std::vector<OrderedJson>(p["enum"].begin(), p["enum"].end());
         }
       shapes.push_back(std::move(sh));
     }
-    auto disjoint_values = [](const std::vector<OrderedJson>& a, const std::vector<OrderedJson>& b) {
+    auto disjoint_values = [](const std::vector<OrderedJson>& a,
+                              const std::vector<OrderedJson>& b) {
       for (const auto& x : a)
         if (std::find(b.begin(), b.end(), x) != b.end()) return false;
       return true;
@@ -245,19 +290,26 @@ std::string JsonSchemaConverter::alternatives(const OrderedJson& s, const char* 
       for (size_t j = i + 1; j < shapes.size(); ++j) {
         const Shape &a = shapes[i], &b = shapes[j];
         bool apart = !a.kinds.empty() && !b.kinds.empty() &&
-                     std::none_of(a.kinds.begin(), a.kinds.end(), [&](const std::string& k) { return b.kinds.contains(k); });
-        apart = apart || (!a.values.empty() && !b.values.empty() && disjoint_values(a.values, b.values));
+                     std::none_of(a.kinds.begin(), a.kinds.end(),
+                                  [&](const std::string& k) { return b.kinds.contains(k); });
+        apart = apart ||
+                (!a.values.empty() && !b.values.empty() && disjoint_values(a.values, b.values));
         for (const auto& [prop, vals] : a.tags)
-          if (const auto it = b.tags.find(prop); it != b.tags.end() && disjoint_values(vals, it->second)) apart = true;
+          if (const auto it = b.tags.find(prop);
+              it != b.tags.end() && disjoint_values(vals, it->second))
+            apart = true;
         if (!apart)
-          error(at, fmt::format("oneOf: alternatives {} and {} could both accept a value, which oneOf forbids; "
-                                "give them different types or a required property with different constants, "
-                                "or use anyOf",
-                                i, j));
+          error(at,
+                fmt::format(
+                    "oneOf: alternatives {} and {} could both accept a value, which oneOf forbids; "
+                    "give them different types or a required property with different constants, "
+                    "or use anyOf",
+                    i, j));
       }
   }
   std::vector<std::string> alts;
-  for (size_t i = 0; i < parts.size(); ++i) alts.push_back(value(parts[i], fmt::format("{}/{}", at, i)));
+  for (size_t i = 0; i < parts.size(); ++i)
+    alts.push_back(value(parts[i], fmt::format("{}/{}", at, i)));
   return w_.rule(name(key), alternation(alts));
 }
 
@@ -284,8 +336,10 @@ OrderedJson JsonSchemaConverter::merge_all(const OrderedJson& s, const std::stri
     if (part.contains("allOf")) part = merge_all(part, part_at);
     if (part.contains("$ref")) part = resolve(part, part_at);
     // additionalProperties: false on either side admits only that side's properties.
-    const bool closed_out = out.contains("additionalProperties") && out["additionalProperties"] == false;
-    const bool closed_part = part.contains("additionalProperties") && part["additionalProperties"] == false;
+    const bool closed_out =
+        out.contains("additionalProperties") && out["additionalProperties"] == false;
+    const bool closed_part =
+        part.contains("additionalProperties") && part["additionalProperties"] == false;
     const OrderedJson before = out.value("properties", OrderedJson::object());
     for (const auto& [k, v] : part.items()) {
       if (kAnnotations.contains(k)) continue;
@@ -296,11 +350,14 @@ OrderedJson JsonSchemaConverter::merge_all(const OrderedJson& s, const std::stri
       OrderedJson& o = out[k];
       if (o == v) continue;
       if (k == "type") {
-        std::vector<OrderedJson> a = o.is_array() ? std::vector<OrderedJson>(o.begin(), o.end()) : std::vector<OrderedJson>{o};
-        std::vector<OrderedJson> b = v.is_array() ? std::vector<OrderedJson>(v.begin(), v.end()) : std::vector<OrderedJson>{v};
+        std::vector<OrderedJson> a = o.is_array() ? std::vector<OrderedJson>(o.begin(), o.end())
+                                                  : std::vector<OrderedJson>{o};
+        std::vector<OrderedJson> b = v.is_array() ? std::vector<OrderedJson>(v.begin(), v.end())
+                                                  : std::vector<OrderedJson>{v};
         // integer is a number
         auto widen = [](std::vector<OrderedJson>& x, const std::vector<OrderedJson>& y) {
-          if (std::find(x.begin(), x.end(), "number") != x.end() && std::find(y.begin(), y.end(), "integer") != y.end())
+          if (std::find(x.begin(), x.end(), "number") != x.end() &&
+              std::find(y.begin(), y.end(), "integer") != y.end())
             x.push_back("integer");
         };
         widen(a, b);
@@ -314,19 +371,24 @@ OrderedJson JsonSchemaConverter::merge_all(const OrderedJson& s, const std::stri
       } else if (k == "required") {
         for (const auto& r : v)
           if (std::find(o.begin(), o.end(), r) == o.end()) o.push_back(r);
-      } else if (k == "minLength" || k == "minItems" || k == "minimum" || k == "maxLength" || k == "maxItems" ||
-                 k == "maximum") {
-        if (!o.is_number() || !v.is_number()) error(part_at, fmt::format("'{}' must be a number", k));
+      } else if (k == "minLength" || k == "minItems" || k == "minimum" || k == "maxLength" ||
+                 k == "maxItems" || k == "maximum") {
+        if (!o.is_number() || !v.is_number())
+          error(part_at, fmt::format("'{}' must be a number", k));
         // The stricter bound; integer keywords stay integers.
         const bool lower = k.starts_with("min");
         if (lower ? v > o : v < o) o = v;
       } else if (k == "enum") {
-        o = intersect(std::vector<OrderedJson>(o.begin(), o.end()), std::vector<OrderedJson>(v.begin(), v.end()));
+        o = intersect(std::vector<OrderedJson>(o.begin(), o.end()),
+                      std::vector<OrderedJson>(v.begin(), v.end()));
         if (o.empty()) error(part_at, "allOf: the enums share no value");
       } else if (k == "additionalProperties" || k == "items") {
-        if (o == false || v == false) o = false;
-        else if (o == true) o = v;
-        else if (v != true) o = OrderedJson{{"allOf", OrderedJson::array({o, v})}};
+        if (o == false || v == false)
+          o = false;
+        else if (o == true)
+          o = v;
+        else if (v != true)
+          o = OrderedJson{{"allOf", OrderedJson::array({o, v})}};
       } else {
         error(part_at, fmt::format("allOf: cannot merge different values of '{}'", k));
       }
@@ -335,7 +397,8 @@ OrderedJson JsonSchemaConverter::merge_all(const OrderedJson& s, const std::stri
       if (!out.contains("properties")) out["properties"] = OrderedJson::object();
       auto allowed = [&](const std::string& p) {
         const bool in_out = !closed_out || before.contains(p);
-        const bool in_part = !closed_part || (part.contains("properties") && part["properties"].contains(p));
+        const bool in_part =
+            !closed_part || (part.contains("properties") && part["properties"].contains(p));
         return in_out && in_part;
       };
       OrderedJson kept = OrderedJson::object();
@@ -344,9 +407,11 @@ OrderedJson JsonSchemaConverter::merge_all(const OrderedJson& s, const std::stri
       if (out.contains("required"))
         for (const auto& r : out["required"])
           if (r.is_string() && !kept.contains(r.get<std::string>()))
-            error(part_at, fmt::format("allOf: property '{}' is required by one part and excluded by another's "
-                                       "additionalProperties: false",
-                                       r.get<std::string>()));
+            error(part_at,
+                  fmt::format(
+                      "allOf: property '{}' is required by one part and excluded by another's "
+                      "additionalProperties: false",
+                      r.get<std::string>()));
       out["properties"] = kept;
     }
   }
@@ -366,7 +431,8 @@ std::string JsonSchemaConverter::object(const OrderedJson& s, const std::string&
   std::set<std::string> required;
   static const OrderedJson kAny = true;
   if (s.contains("required")) {
-    if (!s["required"].is_array()) error(path + "/required", "'required' must be an array of strings");
+    if (!s["required"].is_array())
+      error(path + "/required", "'required' must be an array of strings");
     for (const auto& r : s["required"]) {
       if (!r.is_string()) error(path + "/required", "'required' must be an array of strings");
       const std::string n = r.get<std::string>();
@@ -393,16 +459,18 @@ std::string JsonSchemaConverter::object(const OrderedJson& s, const std::string&
   if (extra) {
     // Keys that are none of the declared names: those would have to match their own schema.
     const std::string key = "\"\\\"\" " + key_outside(w_, prefix_, names) + " \"\\\"\"";
-    const std::string kv = w_.rule(name("extra-kv"), fmt::format("{} {} \":\" {} {} {}", key, w, w,
-                                                                 value(*extra, path + "/additionalProperties"), w));
+    const std::string kv =
+        w_.rule(name("extra-kv"), fmt::format("{} {} \":\" {} {} {}", key, w, w,
+                                              value(*extra, path + "/additionalProperties"), w));
     first = fmt::format("( {0} ( \",\" {1} {0} )* )?", kv, w);
     rest = fmt::format("( \",\" {} {} )*", w, kv);
   }
   for (size_t i = names.size(); i-- > 0;) {
     const std::string at = path + "/properties/" + pointer_escape(names[i]);
-    const std::string kv = w_.rule(name("kv-" + names[i]),
-                                   fmt::format("{} {} \":\" {} {} {}", GbnfWriter::literal(OrderedJson(names[i]).dump()),
-                                               w, w, value(*schemas[i], at), w));
+    const std::string kv = w_.rule(
+        name("kv-" + names[i]),
+        fmt::format("{} {} \":\" {} {} {}", GbnfWriter::literal(OrderedJson(names[i]).dump()), w, w,
+                    value(*schemas[i], at), w));
     std::string f, r;
     if (required.contains(names[i])) {
       f = kv + " " + rest;
@@ -424,11 +492,13 @@ std::string JsonSchemaConverter::array(const OrderedJson& s, const std::string& 
   auto schema_at = [&](const char* key) -> const OrderedJson* {
     if (!s.contains(key)) return nullptr;
     const OrderedJson& v = s[key];
-    if (!v.is_boolean() && !v.is_object()) error(path + "/" + key, fmt::format("'{}' must be a schema", key));
+    if (!v.is_boolean() && !v.is_object())
+      error(path + "/" + key, fmt::format("'{}' must be a schema", key));
     return &v;
   };
   if (s.contains("prefixItems")) {
-    if (!s["prefixItems"].is_array()) error(path + "/prefixItems", "'prefixItems' must be an array of schemas");
+    if (!s["prefixItems"].is_array())
+      error(path + "/prefixItems", "'prefixItems' must be an array of schemas");
     for (const auto& p : s["prefixItems"]) prefix.push_back(&p);
     rest = schema_at("items");
   } else if (s.contains("items") && s["items"].is_array()) {  // draft-07 tuples
@@ -446,11 +516,13 @@ std::string JsonSchemaConverter::array(const OrderedJson& s, const std::string& 
   };
   const int64_t min = count("minItems", 0);
   int64_t max = count("maxItems", -1);
-  if (*rest == false && (max < 0 || max > static_cast<int64_t>(prefix.size()))) max = static_cast<int64_t>(prefix.size());
+  if (*rest == false && (max < 0 || max > static_cast<int64_t>(prefix.size())))
+    max = static_cast<int64_t>(prefix.size());
   if (max >= 0 && min > max) error(path, "minItems is larger than maxItems");
   if (s.value("uniqueItems", false) && (max < 0 || max > 1))
     error(path + "/uniqueItems", "'uniqueItems': true is not supported");
-  if (min > kMaxRepetition) error(path + "/minItems", fmt::format("minItems above {} is not supported", kMaxRepetition));
+  if (min > kMaxRepetition)
+    error(path + "/minItems", fmt::format("minItems above {} is not supported", kMaxRepetition));
   if (max > kMaxRepetition) max = kMaxRepetition;  // fewer items stay valid
   const std::string w = ws();
   const int64_t k = static_cast<int64_t>(prefix.size());
@@ -461,8 +533,9 @@ std::string JsonSchemaConverter::array(const OrderedJson& s, const std::string& 
     const int64_t lo = std::max<int64_t>(0, min - k);
     const std::string hi = max < 0 ? "" : std::to_string(max - k);
     if (k == 0) {
-      const std::string more = fmt::format("( \",\" {0} {1} {0} ){{{2},{3}}}", w, item, std::max<int64_t>(0, lo - 1),
-                                           max < 0 ? "" : std::to_string(max - 1));
+      const std::string more =
+          fmt::format("( \",\" {0} {1} {0} ){{{2},{3}}}", w, item, std::max<int64_t>(0, lo - 1),
+                      max < 0 ? "" : std::to_string(max - 1));
       tail = fmt::format("{} {} {}", item, w, more);
       if (lo == 0) tail = "( " + tail + " )?";
     } else {

@@ -75,7 +75,8 @@ std::string pattern_grammar(std::string_view pattern, const std::string& path);
 std::string integer_range(int64_t lo, int64_t hi);
 // The GBNF expression for the content of JSON strings, written without escapes, that are none of
 // `names`.
-std::string key_outside(GbnfWriter& w, const std::string& prefix, const std::vector<std::string>& names);
+std::string key_outside(GbnfWriter& w, const std::string& prefix,
+                        const std::vector<std::string>& names);
 
 // The whole grammar for one schema given as JSON text (its own document).
 std::string json_schema_to_gbnf(std::string_view schema_json);

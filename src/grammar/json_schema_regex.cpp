@@ -16,9 +16,9 @@ namespace {
 
 const std::vector<CodeRange> kDigit = {{'0', '9'}};
 const std::vector<CodeRange> kWord = {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}};
-const std::vector<CodeRange> kSpace = {{'\t', '\r'}, {' ', ' '},         {0xA0, 0xA0},     {0x1680, 0x1680},
-                                       {0x2000, 0x200A}, {0x2028, 0x2029}, {0x202F, 0x202F}, {0x205F, 0x205F},
-                                       {0x3000, 0x3000}, {0xFEFF, 0xFEFF}};
+const std::vector<CodeRange> kSpace = {
+    {'\t', '\r'},     {' ', ' '},       {0xA0, 0xA0},     {0x1680, 0x1680}, {0x2000, 0x200A},
+    {0x2028, 0x2029}, {0x202F, 0x202F}, {0x205F, 0x205F}, {0x3000, 0x3000}, {0xFEFF, 0xFEFF}};
 const std::vector<CodeRange> kLineEnds = {{'\n', '\n'}, {'\r', '\r'}, {0x2028, 0x2029}};
 
 class Regex {
@@ -44,7 +44,8 @@ class Regex {
 
  private:
   [[noreturn]] void error(const std::string& why) const {
-    fail("json schema: at {}: pattern {}: {} (at offset {})", path_, OrderedJson(std::string(p_)).dump(), why, i_);
+    fail("json schema: at {}: pattern {}: {} (at offset {})", path_,
+         OrderedJson(std::string(p_)).dump(), why, i_);
   }
   bool at_end() const { return i_ >= p_.size(); }
   char peek(size_t k = 0) const { return i_ + k < p_.size() ? p_[i_ + k] : '\0'; }
@@ -88,15 +89,19 @@ class Regex {
 
   std::string quantifier() {
     std::string q;
-    if (eat('*')) q = "*";
-    else if (eat('+')) q = "+";
-    else if (eat('?')) q = "?";
+    if (eat('*'))
+      q = "*";
+    else if (eat('+'))
+      q = "+";
+    else if (eat('?'))
+      q = "?";
     else if (peek() == '{') {
       ++i_;
       auto number = [&]() {
         const size_t start = i_;
         int64_t v = 0;
-        while (peek() >= '0' && peek() <= '9') v = std::min<int64_t>(v * 10 + (p_[i_++] - '0'), 1 << 30);
+        while (peek() >= '0' && peek() <= '9')
+          v = std::min<int64_t>(v * 10 + (p_[i_++] - '0'), 1 << 30);
         if (i_ == start) error("a repetition needs a count");
         return v;
       };
@@ -105,7 +110,8 @@ class Regex {
       if (eat(',')) max = peek() == '}' ? -1 : number();
       if (!eat('}')) error("a repetition must end with '}'");
       if (max >= 0 && max < min) error("a repetition's maximum is below its minimum");
-      if (min > kMaxRepetition) error(fmt::format("repetitions above {} are not supported", kMaxRepetition));
+      if (min > kMaxRepetition)
+        error(fmt::format("repetitions above {} are not supported", kMaxRepetition));
       if (max > kMaxRepetition) max = kMaxRepetition;  // fewer repetitions stay valid
       q = fmt::format("{{{},{}}}", min, max < 0 ? "" : std::to_string(max));
     } else {
@@ -142,7 +148,8 @@ class Regex {
       if (class_escape(set, false)) return json_chars(set);
       error("unreachable");
     }
-    if (c == '*' || c == '+' || c == '?' || c == '{') error(fmt::format("'{}' has nothing to repeat", c));
+    if (c == '*' || c == '+' || c == '?' || c == '{')
+      error(fmt::format("'{}' has nothing to repeat", c));
     if (c == ']' || c == '}') error(fmt::format("a lone '{}' is not allowed", c));
     const uint32_t cp = literal_char();
     return json_chars({{cp, cp}});
@@ -160,7 +167,10 @@ class Regex {
     uint32_t v = 0;
     for (int k = 0; k < digits; ++k) {
       const char h = peek();
-      const int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+      const int d = h >= '0' && h <= '9'   ? h - '0'
+                    : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                    : h >= 'A' && h <= 'F' ? h - 'A' + 10
+                                           : -1;
       if (d < 0) error("malformed hex escape");
       v = v * 16 + static_cast<uint32_t>(d);
       ++i_;
@@ -175,19 +185,45 @@ class Regex {
     const char e = p_[i_++];
     auto one = [&](uint32_t cp) { set.push_back({cp, cp}); };
     switch (e) {
-      case 'd': set.insert(set.end(), kDigit.begin(), kDigit.end()); return true;
-      case 'D': for (auto r : normalize_ranges(kDigit, true)) set.push_back(r); return true;
-      case 'w': set.insert(set.end(), kWord.begin(), kWord.end()); return true;
-      case 'W': for (auto r : normalize_ranges(kWord, true)) set.push_back(r); return true;
-      case 's': set.insert(set.end(), kSpace.begin(), kSpace.end()); return true;
-      case 'S': for (auto r : normalize_ranges(kSpace, true)) set.push_back(r); return true;
-      case 't': one('\t'); return true;
-      case 'n': one('\n'); return true;
-      case 'r': one('\r'); return true;
-      case 'v': one('\v'); return true;
-      case 'f': one('\f'); return true;
-      case '0': one(0); return true;
-      case 'x': one(hex(2)); return true;
+      case 'd':
+        set.insert(set.end(), kDigit.begin(), kDigit.end());
+        return true;
+      case 'D':
+        for (auto r : normalize_ranges(kDigit, true)) set.push_back(r);
+        return true;
+      case 'w':
+        set.insert(set.end(), kWord.begin(), kWord.end());
+        return true;
+      case 'W':
+        for (auto r : normalize_ranges(kWord, true)) set.push_back(r);
+        return true;
+      case 's':
+        set.insert(set.end(), kSpace.begin(), kSpace.end());
+        return true;
+      case 'S':
+        for (auto r : normalize_ranges(kSpace, true)) set.push_back(r);
+        return true;
+      case 't':
+        one('\t');
+        return true;
+      case 'n':
+        one('\n');
+        return true;
+      case 'r':
+        one('\r');
+        return true;
+      case 'v':
+        one('\v');
+        return true;
+      case 'f':
+        one('\f');
+        return true;
+      case '0':
+        one(0);
+        return true;
+      case 'x':
+        one(hex(2));
+        return true;
       case 'u': {
         uint32_t cp;
         if (eat('{')) {
@@ -208,12 +244,17 @@ class Regex {
           return true;
         }
         error("word boundaries (\\b) cannot be expressed");
-      case 'B': error("word boundaries (\\B) cannot be expressed");
+      case 'B':
+        error("word boundaries (\\B) cannot be expressed");
       case 'p':
-      case 'P': error("Unicode property escapes cannot be expressed");
-      case 'k': error("backreferences cannot be expressed");
-      case 'c': error("control escapes (\\c) are not supported");
-      default: break;
+      case 'P':
+        error("Unicode property escapes cannot be expressed");
+      case 'k':
+        error("backreferences cannot be expressed");
+      case 'c':
+        error("control escapes (\\c) are not supported");
+      default:
+        break;
     }
     if (e >= '1' && e <= '9') error("backreferences cannot be expressed");
     // Identity escapes of syntax characters (the only ones the u flag allows).
@@ -262,14 +303,22 @@ class Regex {
 // A control character as JSON writes it inside a string.
 std::string json_escape(uint32_t cp) {
   switch (cp) {
-    case '\b': return "\\b";
-    case '\f': return "\\f";
-    case '\n': return "\\n";
-    case '\r': return "\\r";
-    case '\t': return "\\t";
-    case '"': return "\\\"";
-    case '\\': return "\\\\";
-    default: return fmt::format("\\u{:04x}", cp);
+    case '\b':
+      return "\\b";
+    case '\f':
+      return "\\f";
+    case '\n':
+      return "\\n";
+    case '\r':
+      return "\\r";
+    case '\t':
+      return "\\t";
+    case '"':
+      return "\\\"";
+    case '\\':
+      return "\\\\";
+    default:
+      return fmt::format("\\u{:04x}", cp);
   }
 }
 
@@ -282,7 +331,8 @@ std::string json_chars(const std::vector<CodeRange>& ranges) {
   if (!plain.empty()) alts.push_back(GbnfWriter::char_class(plain));
   for (const CodeRange& r : normalize_ranges(ranges, false))
     for (uint32_t cp = r.lo; cp <= r.hi && cp <= '\\'; ++cp)
-      if (cp < 0x20 || cp == '"' || cp == '\\') alts.push_back(GbnfWriter::literal(json_escape(cp)));
+      if (cp < 0x20 || cp == '"' || cp == '\\')
+        alts.push_back(GbnfWriter::literal(json_escape(cp)));
   if (alts.empty()) return GbnfWriter::char_class({});
   if (alts.size() == 1) return alts[0];
   std::string out = "(";

@@ -28,19 +28,23 @@ constexpr const char* kQuote = R"("\"")";
 // Largest magnitude a bounded number is written with (15 digits).
 constexpr int64_t kLimit = 999'999'999'999'999;
 
-std::string digits_literal(const std::string& d) { return GbnfWriter::literal(d); }
+std::string digits_literal(const std::string& d) {
+  return GbnfWriter::literal(d);
+}
 
 // Decimal strings of equal length from a to b (a ≤ b), as a GBNF sequence.
 std::string same_length(const std::string& a, const std::string& b) {
   if (a.empty()) return "";
   if (a == b) return digits_literal(a);
   const size_t rest = a.size() - 1;
-  if (a[0] == b[0]) return digits_literal(a.substr(0, 1)) + " " + same_length(a.substr(1), b.substr(1));
+  if (a[0] == b[0])
+    return digits_literal(a.substr(0, 1)) + " " + same_length(a.substr(1), b.substr(1));
   const bool low_zeros = a.find_first_not_of('0', 1) == std::string::npos;
   const bool high_nines = b.find_first_not_of('9', 1) == std::string::npos;
   std::vector<std::string> alts;
   if (!low_zeros)
-    alts.push_back(digits_literal(a.substr(0, 1)) + " " + same_length(a.substr(1), std::string(rest, '9')));
+    alts.push_back(digits_literal(a.substr(0, 1)) + " " +
+                   same_length(a.substr(1), std::string(rest, '9')));
   const char from = low_zeros ? a[0] : static_cast<char>(a[0] + 1);
   const char to = high_nines ? b[0] : static_cast<char>(b[0] - 1);
   if (from <= to) {
@@ -49,7 +53,8 @@ std::string same_length(const std::string& a, const std::string& b) {
     alts.push_back(cls);
   }
   if (!high_nines)
-    alts.push_back(digits_literal(b.substr(0, 1)) + " " + same_length(std::string(rest, '0'), b.substr(1)));
+    alts.push_back(digits_literal(b.substr(0, 1)) + " " +
+                   same_length(std::string(rest, '0'), b.substr(1)));
   std::string out = "(";
   for (size_t i = 0; i < alts.size(); ++i) out += (i ? " | " : " ") + alts[i];
   return out + " )";
@@ -73,15 +78,18 @@ std::string unsigned_range(uint64_t a, uint64_t b) {
 std::string format_grammar(const std::string& format) {
   const std::string d31 = R"(( "0" [1-9] | [12] [0-9] | "3" [01] ))";
   const std::string d30 = R"(( "0" [1-9] | [12] [0-9] | "30" ))";
-  const std::string d28 = R"(( "0" [1-9] | "1" [0-9] | "2" [0-8] ))";  // 29 February only in leap years
+  const std::string d28 =
+      R"(( "0" [1-9] | "1" [0-9] | "2" [0-8] ))";  // 29 February only in leap years
   const std::string date = fmt::format(
-      R"([0-9]{{4}} "-" ( ( "0" [13578] | "1" [02] ) "-" {} | ( "0" [469] | "11" ) "-" {} | "02-" {} ))", d31, d30, d28);
+      R"([0-9]{{4}} "-" ( ( "0" [13578] | "1" [02] ) "-" {} | ( "0" [469] | "11" ) "-" {} | "02-" {} ))",
+      d31, d30, d28);
   const std::string time =
       R"(( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] ":" [0-5] [0-9] ( "." [0-9]{1,6} )? ( "Z" | [+-] ( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] ))";
   if (format == "date") return date;
   if (format == "time") return time;
   if (format == "date-time") return date + " \"T\" " + time;
-  if (format == "uuid") return R"([0-9a-f]{8} "-" [0-9a-f]{4} "-" [0-9a-f]{4} "-" [0-9a-f]{4} "-" [0-9a-f]{12})";
+  if (format == "uuid")
+    return R"([0-9a-f]{8} "-" [0-9a-f]{4} "-" [0-9a-f]{4} "-" [0-9a-f]{4} "-" [0-9a-f]{12})";
   return "";
 }
 
@@ -91,15 +99,20 @@ std::string integer_range(int64_t lo, int64_t hi) {
   std::vector<std::string> alts;
   if (lo < 0) {
     const int64_t top = std::min<int64_t>(hi, -1);
-    alts.push_back("\"-\" " + unsigned_range(static_cast<uint64_t>(-top), static_cast<uint64_t>(-lo)));
+    alts.push_back("\"-\" " +
+                   unsigned_range(static_cast<uint64_t>(-top), static_cast<uint64_t>(-lo)));
   }
-  if (hi >= 0) alts.push_back(unsigned_range(static_cast<uint64_t>(std::max<int64_t>(lo, 0)), static_cast<uint64_t>(hi)));
+  if (hi >= 0)
+    alts.push_back(
+        unsigned_range(static_cast<uint64_t>(std::max<int64_t>(lo, 0)), static_cast<uint64_t>(hi)));
   if (alts.size() == 1) return "( " + alts[0] + " )";
   return "( " + alts[0] + " | " + alts[1] + " )";
 }
 
-std::string key_outside(GbnfWriter& w, const std::string& prefix, const std::vector<std::string>& names) {
-  const std::vector<CodeRange> safe = subtract_ranges(any_char(), {{0, 0x1F}, {'"', '"'}, {'\\', '\\'}});
+std::string key_outside(GbnfWriter& w, const std::string& prefix,
+                        const std::vector<std::string>& names) {
+  const std::vector<CodeRange> safe =
+      subtract_ranges(any_char(), {{0, 0x1F}, {'"', '"'}, {'\\', '\\'}});
   const std::string any = w.rule(prefix + "key-char", GbnfWriter::char_class(safe));
   // A trie of the names over code points; a key leaves it at the first character no name has
   // there, or ends where no name ends.
@@ -153,7 +166,8 @@ std::string JsonSchemaConverter::string(const OrderedJson& s, const std::string&
     const std::string f = s["format"].get<std::string>();
     const std::string g = format_grammar(f);
     if (g.empty())
-      error(path + "/format", fmt::format("format '{}' is not supported (date, time, date-time and uuid are)", f));
+      error(path + "/format",
+            fmt::format("format '{}' is not supported (date, time, date-time and uuid are)", f));
     if (lengths || s.contains("pattern"))
       error(path, "'format' together with minLength, maxLength or pattern is not supported");
     return w_.rule(name(f), fmt::format("{} {} {}", kQuote, g, kQuote));
@@ -161,9 +175,10 @@ std::string JsonSchemaConverter::string(const OrderedJson& s, const std::string&
   if (s.contains("pattern")) {
     if (!s["pattern"].is_string()) error(path + "/pattern", "'pattern' must be a string");
     if (lengths) error(path, "'pattern' together with minLength or maxLength is not supported");
-    return w_.rule(name("pattern"), fmt::format("{} {} {}", kQuote,
-                                                pattern_grammar(s["pattern"].get<std::string>(), path + "/pattern"),
-                                                kQuote));
+    return w_.rule(
+        name("pattern"),
+        fmt::format("{} {} {}", kQuote,
+                    pattern_grammar(s["pattern"].get<std::string>(), path + "/pattern"), kQuote));
   }
   auto length = [&](const char* key, int64_t def) {
     if (!s.contains(key)) return def;
@@ -177,13 +192,16 @@ std::string JsonSchemaConverter::string(const OrderedJson& s, const std::string&
   if (min > kMaxRepetition)
     error(path + "/minLength", fmt::format("minLength above {} is not supported", kMaxRepetition));
   if (max > kMaxRepetition) max = kMaxRepetition;  // shorter strings stay valid
-  const std::string c = max >= 0 ? w_.rule(name("bmp-char"), kBmpStringChar) : w_.rule(name("char"), kStringChar);
+  const std::string c =
+      max >= 0 ? w_.rule(name("bmp-char"), kBmpStringChar) : w_.rule(name("char"), kStringChar);
   std::string count = "*";
-  if (min > 0 || max >= 0) count = fmt::format("{{{},{}}}", min, max < 0 ? "" : std::to_string(max));
+  if (min > 0 || max >= 0)
+    count = fmt::format("{{{},{}}}", min, max < 0 ? "" : std::to_string(max));
   return w_.rule(name("string"), fmt::format("{} {}{} {}", kQuote, c, count, kQuote));
 }
 
-std::string JsonSchemaConverter::number(const OrderedJson& s, const std::string& path, bool integer) {
+std::string JsonSchemaConverter::number(const OrderedJson& s, const std::string& path,
+                                        bool integer) {
   // The tightest lower and upper bounds, and whether each excludes its value.
   bool has_lo = false, has_hi = false, excl_lo = false, excl_hi = false;
   double lo = 0, hi = 0;
@@ -197,7 +215,8 @@ std::string JsonSchemaConverter::number(const OrderedJson& s, const std::string&
     bool& has = upper ? has_hi : has_lo;
     double& b = upper ? hi : lo;
     bool& excl = upper ? excl_hi : excl_lo;
-    const bool tighter = !has || (upper ? x < b || (x == b && exclusive) : x > b || (x == b && exclusive));
+    const bool tighter =
+        !has || (upper ? x < b || (x == b && exclusive) : x > b || (x == b && exclusive));
     if (tighter) b = x, excl = exclusive, has = true;
   };
   bound("minimum", false, s.value("exclusiveMinimum", OrderedJson(false)) == true);
@@ -208,7 +227,8 @@ std::string JsonSchemaConverter::number(const OrderedJson& s, const std::string&
   if (!has_lo && !has_hi) {
     const std::string i = R"("-"? ( "0" | [1-9] [0-9]{0,14} ))";
     if (integer) return w_.rule(name("integer"), i);
-    return w_.rule(name("number"), fmt::format(R"({} ( {} )? ( [eE] [-+]? [0-9]{{1,2}} )?)", i, frac));
+    return w_.rule(name("number"),
+                   fmt::format(R"({} ( {} )? ( [eE] [-+]? [0-9]{{1,2}} )?)", i, frac));
   }
   auto clamp = [](double x) { return static_cast<int64_t>(std::clamp(x, -1e16, 1e16)); };
   // Integers inside the bounds.
@@ -228,9 +248,12 @@ std::string JsonSchemaConverter::number(const OrderedJson& s, const std::string&
     if (neg_lo <= neg_hi) alts.push_back("\"-\" " + integer_range(neg_lo, neg_hi) + " " + frac);
   }
   if (alts.empty())
-    error(path, integer ? "no integer lies between the minimum and the maximum"
-                        : "the range between minimum and maximum holds no integer or whole unit this converter "
-                          "can write");
+    error(
+        path,
+        integer
+            ? "no integer lies between the minimum and the maximum"
+            : "the range between minimum and maximum holds no integer or whole unit this converter "
+              "can write");
   std::string body;
   for (size_t i = 0; i < alts.size(); ++i) body += (i ? " | " : "") + alts[i];
   return w_.rule(name(integer ? "integer" : "number"), body);

@@ -25,7 +25,8 @@ std::string describe_bytes(const std::vector<uint8_t>& bytes) {
   for (size_t i = 0; i < bytes.size() && i < 16; ++i) {
     const uint8_t b = bytes[i];
     if (!out.empty()) out += ", ";
-    out += b >= 0x20 && b < 0x7F ? fmt::format("'{}'", static_cast<char>(b)) : fmt::format("byte 0x{:02X}", b);
+    out += b >= 0x20 && b < 0x7F ? fmt::format("'{}'", static_cast<char>(b))
+                                 : fmt::format("byte 0x{:02X}", b);
   }
   if (bytes.size() > 16) out += fmt::format(" (and {} more)", bytes.size() - 16);
   return out;
@@ -62,9 +63,10 @@ TokenGrammar::TokenGrammar(const Grammar& g, std::shared_ptr<const VocabTrie> vo
     for (uint8_t b : automaton_.bytes_from(s.back())) first.push_back(b);
   std::sort(first.begin(), first.end());
   first.erase(std::unique(first.begin(), first.end()), first.end());
-  fail("grammar: no token of the model's vocabulary can begin the text it allows (which starts with "
-       "{})",
-       describe_bytes(first));
+  fail(
+      "grammar: no token of the model's vocabulary can begin the text it allows (which starts with "
+      "{})",
+      describe_bytes(first));
 }
 
 bool TokenGrammar::matchable(int32_t token) const {
@@ -101,7 +103,8 @@ bool GrammarMatcher::mask(std::span<const float> logits, std::vector<float>& out
     out.assign(logits.size(), kOff);
   } else {
     const size_t words = (logits.size() + 63) / 64;
-    auto hit = std::find_if(cache_.begin(), cache_.end(), [&](const Cached& c) { return c.stacks == stacks; });
+    auto hit = std::find_if(cache_.begin(), cache_.end(),
+                            [&](const Cached& c) { return c.stacks == stacks; });
     if (hit == cache_.end()) {
       bits_.assign(words, 0);
       for (const Stack& s : stacks) {

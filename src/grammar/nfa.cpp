@@ -19,7 +19,8 @@ constexpr uint64_t kInlineLimit = 100000;
 // Every rule automaton together; beyond this the grammar is refused.
 constexpr size_t kMaxNfaStates = 4'000'000;
 
-void split_utf8(uint32_t lo, uint32_t hi, std::vector<std::vector<std::pair<uint8_t, uint8_t>>>& out) {
+void split_utf8(uint32_t lo, uint32_t hi,
+                std::vector<std::vector<std::pair<uint8_t, uint8_t>>>& out) {
   // Split at the encoding lengths' bounds first: a sequence has one length.
   static constexpr uint32_t kBounds[] = {0x7F, 0x7FF, 0xFFFF};
   for (uint32_t b : kBounds)
@@ -101,7 +102,8 @@ std::vector<bool> recursive_rules(const Grammar& g) {
 
 class Builder {
  public:
-  explicit Builder(const Grammar& g) : g_(g), recursive_(recursive_rules(g)), size_(g.rules.size(), 0) {}
+  explicit Builder(const Grammar& g)
+      : g_(g), recursive_(recursive_rules(g)), size_(g.rules.size(), 0) {}
 
   Nfas run() {
     call_id(g_.root);
@@ -150,7 +152,8 @@ class Builder {
         return n;
       }
       case Expr::Kind::kRepeat: {
-        const uint64_t copies = e.max < 0 ? static_cast<uint64_t>(e.min) + 1 : static_cast<uint64_t>(e.max);
+        const uint64_t copies =
+            e.max < 0 ? static_cast<uint64_t>(e.min) + 1 : static_cast<uint64_t>(e.max);
         return std::min(cap, estimate(e.items[0]) * copies + 2);
       }
     }
@@ -245,7 +248,8 @@ class Builder {
 
 }  // namespace
 
-std::vector<std::vector<std::pair<uint8_t, uint8_t>>> utf8_sequences(const std::vector<CodeRange>& ranges) {
+std::vector<std::vector<std::pair<uint8_t, uint8_t>>> utf8_sequences(
+    const std::vector<CodeRange>& ranges) {
   std::vector<std::vector<std::pair<uint8_t, uint8_t>>> out;
   for (const CodeRange& r : ranges) {
     // Surrogates have no UTF-8 form: the parts of a range around them.
@@ -259,6 +263,8 @@ std::vector<std::vector<std::pair<uint8_t, uint8_t>>> utf8_sequences(const std::
   return out;
 }
 
-Nfas build_nfas(const Grammar& g) { return Builder(g).run(); }
+Nfas build_nfas(const Grammar& g) {
+  return Builder(g).run();
+}
 
 }  // namespace sluice::grammar

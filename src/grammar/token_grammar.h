@@ -34,7 +34,8 @@ MatchState start_state(const Automaton& a);
 MatchState advance(const Automaton& a, const MatchState& s, std::string_view bytes);
 
 // Copies `in` to `out`, with −inf for every id whose bit is clear (`count`: the bits set).
-void apply_bits(std::span<const float> in, const std::vector<uint64_t>& bits, size_t count, std::vector<float>& out);
+void apply_bits(std::span<const float> in, const std::vector<uint64_t>& bits, size_t count,
+                std::vector<float>& out);
 
 // A set of token ids over [0, n_rows), stored as the allowed ids, the refused ids or a bitset,
 // whichever is smallest.

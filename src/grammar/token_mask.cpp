@@ -61,7 +61,8 @@ void step(const Automaton& a, const Walk& from, uint8_t byte, Walk& to) {
 
 }  // namespace
 
-void apply_bits(std::span<const float> in, const std::vector<uint64_t>& bits, size_t count, std::vector<float>& out) {
+void apply_bits(std::span<const float> in, const std::vector<uint64_t>& bits, size_t count,
+                std::vector<float>& out) {
   constexpr float kOff = -std::numeric_limits<float>::infinity();
   const size_t n = in.size();
   // Start from whichever side is larger, then visit only the other side's bits.
@@ -210,8 +211,10 @@ StateMask TokenGrammar::compute_mask(int32_t state) const {
       std::swap(from, to);
       if (!from.alive()) break;
     }
-    if (from.alive() || from.escaped) set_bits(accepted, std::span<const int32_t>(&id, 1));
-    else if (escaped_before) out.uncertain.push_back(id);
+    if (from.alive() || from.escaped)
+      set_bits(accepted, std::span<const int32_t>(&id, 1));
+    else if (escaped_before)
+      out.uncertain.push_back(id);
   }
   out.accepted = TokenSet::from_bits(std::move(accepted), v.n_rows());
   return out;

@@ -23,8 +23,10 @@ VocabTrie::VocabTrie(const Tokenizer& tok, int n_rows) : n_rows_(n_rows) {
     bytes_[id] = tok.token_bytes(id);
     if (bytes_[id].empty()) continue;
     if (bytes_[id].size() > std::numeric_limits<uint16_t>::max()) continue;
-    if (type == TokenType::kControl) control_.push_back(id);
-    else sorted_.push_back(id);
+    if (type == TokenType::kControl)
+      control_.push_back(id);
+    else
+      sorted_.push_back(id);
   }
   std::sort(sorted_.begin(), sorted_.end(), [&](int32_t a, int32_t b) {
     return bytes_[a] != bytes_[b] ? bytes_[a] < bytes_[b] : a < b;
@@ -57,7 +59,8 @@ VocabTrie::VocabTrie(const Tokenizer& tok, int n_rows) : n_rows_(n_rows) {
     prev = b;
   }
   close_to(0, static_cast<uint32_t>(sorted_.size()));
-  if (nodes_.size() >= std::numeric_limits<uint32_t>::max()) fail("vocabulary trie: too many nodes");
+  if (nodes_.size() >= std::numeric_limits<uint32_t>::max())
+    fail("vocabulary trie: too many nodes");
 }
 
 }  // namespace sluice::grammar

@@ -23,8 +23,8 @@ class VocabTrie {
     uint32_t skip;       // index of the next node outside this node's subtree
     uint32_t tok_begin;  // tokens()[tok_begin, tok_end): the tokens whose bytes end here
     uint32_t tok_end;
-    uint32_t sub_end;    // tokens()[tok_begin, sub_end): every token in the subtree
-    uint16_t depth;      // bytes from the root (1 for a first byte)
+    uint32_t sub_end;  // tokens()[tok_begin, sub_end): every token in the subtree
+    uint16_t depth;    // bytes from the root (1 for a first byte)
     uint8_t byte;
   };
   const std::vector<Node>& nodes() const { return nodes_; }

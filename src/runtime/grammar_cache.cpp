@@ -12,7 +12,8 @@ std::shared_ptr<const grammar::TokenGrammar> GrammarCache::get(std::string_view 
         return recent_.front().second;
       }
   }
-  std::call_once(trie_once_, [&] { trie_ = std::make_shared<const grammar::VocabTrie>(tokenizer_, n_rows_); });
+  std::call_once(trie_once_,
+                 [&] { trie_ = std::make_shared<const grammar::VocabTrie>(tokenizer_, n_rows_); });
   // Compiled outside the lock: a large grammar must not hold up requests with other grammars.
   auto g = std::make_shared<const grammar::TokenGrammar>(gbnf, trie_);
   std::lock_guard<std::mutex> lock(mutex_);

@@ -30,7 +30,8 @@ class GrammarCache {
   std::once_flag trie_once_;
   std::shared_ptr<const grammar::VocabTrie> trie_;
   std::mutex mutex_;
-  std::list<std::pair<std::string, std::shared_ptr<const grammar::TokenGrammar>>> recent_;  // newest first
+  std::list<std::pair<std::string, std::shared_ptr<const grammar::TokenGrammar>>>
+      recent_;  // newest first
 };
 
 }  // namespace sluice

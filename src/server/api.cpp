@@ -4,13 +4,13 @@
 // chat up to the context; Anthropic requires it.
 #include "api.h"
 
-#include "structured.h"
-
 #include <fmt/format.h>
 
 #include <limits>
 #include <random>
 #include <set>
+
+#include "structured.h"
 
 namespace sluice::server {
 
@@ -20,7 +20,6 @@ using json = nlohmann::json;
 
 // OpenAI allows 20 alternatives per token (chat) and 5 (completions); both get 20 here.
 constexpr int kMaxLogprobs = 20;
-
 
 double number(const json& body, const char* name, double def, double lo, double hi) {
   const json* v = field(body, name);

@@ -24,15 +24,16 @@ inline const nlohmann::json* field(const nlohmann::json& body, const char* name)
 
 struct ToolChoice {
   enum class Mode { kAuto, kNone, kRequired, kNamed } mode = Mode::kAuto;
-  std::string name;       // kNamed: the function to call
-  bool parallel = true;   // more than one call allowed (parallel_tool_calls, disable_parallel_tool_use)
+  std::string name;  // kNamed: the function to call
+  bool parallel =
+      true;  // more than one call allowed (parallel_tool_calls, disable_parallel_tool_use)
   bool forced() const { return mode == Mode::kRequired || mode == Mode::kNamed; }
 };
 ToolChoice parse_tool_choice(const nlohmann::json& body, Api api);
 
 struct OutputConstraint {
-  std::string field;    // the request field that asked for it
-  std::string schema;   // a JSON Schema (response_format json_object / json_schema, json_schema), or
+  std::string field;   // the request field that asked for it
+  std::string schema;  // a JSON Schema (response_format json_object / json_schema, json_schema), or
   std::string grammar;  // a GBNF grammar (grammar)
   bool any() const { return !field.empty(); }
 };
@@ -40,8 +41,8 @@ OutputConstraint parse_output_constraint(const nlohmann::json& body);
 
 // The grammar of the reply (empty: unconstrained), checked against the engine's vocabulary.
 // `tools_json`: the offered tools in OpenAI's shape.
-std::string reply_grammar(Engine& engine, const ToolChoice& choice, const OutputConstraint& constraint,
-                          ChatSyntax syntax, const std::string& tools_json, bool starts_in_reasoning,
-                          Api api);
+std::string reply_grammar(Engine& engine, const ToolChoice& choice,
+                          const OutputConstraint& constraint, ChatSyntax syntax,
+                          const std::string& tools_json, bool starts_in_reasoning, Api api);
 
 }  // namespace sluice::server

@@ -59,14 +59,16 @@ json sample_schemas(Engine& engine, const std::vector<int32_t>& prompt, int seed
     }
   }
   json cases = json::array();
-  for (const auto& s : schemas) cases.push_back({{"name", s["name"]}, {"schema", s["schema"]}, {"outputs", json::array()}});
+  for (const auto& s : schemas)
+    cases.push_back({{"name", s["name"]}, {"schema", s["schema"]}, {"outputs", json::array()}});
   for (Pending& p : pending) {
     CompletionEvent ev;
     while (!p.handle->finished()) p.handle->next(ev, std::chrono::milliseconds(1000));
     EXPECT_EQ(ev.kind, CompletionEvent::Kind::kDone) << ev.text;
     const GenerateResult& r = ev.result;
     EXPECT_TRUE(r.finish == FinishReason::kGrammar || r.finish == FinishReason::kEog)
-        << cases[p.schema]["name"] << ": unfinished after " << r.tokens.size() << " tokens: " << r.text;
+        << cases[p.schema]["name"] << ": unfinished after " << r.tokens.size()
+        << " tokens: " << r.text;
     cases[p.schema]["outputs"].push_back(r.text);
   }
   return cases;
@@ -76,27 +78,31 @@ json sample_schemas(Engine& engine, const std::vector<int32_t>& prompt, int seed
 void validate(const json& cases, const std::string& label) {
   const std::filesystem::path file = test::scratch_dir() / ("structured-" + label + ".json");
   std::ofstream(file) << cases.dump();
-  const test::ShellResult r =
-      test::sh("cd '" + (kSource / "tests/node").string() + "' && node validate_json.mjs '" + file.string() + "'");
+  const test::ShellResult r = test::sh("cd '" + (kSource / "tests/node").string() +
+                                       "' && node validate_json.mjs '" + file.string() + "'");
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("outputs valid"), std::string::npos) << r.out;
-  std::printf("%s: %s", label.c_str(), r.out.substr(r.out.rfind('\n', r.out.size() - 2) + 1).c_str());
+  std::printf("%s: %s", label.c_str(),
+              r.out.substr(r.out.rfind('\n', r.out.size() - 2) + 1).c_str());
 }
 
 }  // namespace
 
 TEST(StructuredOutput, SchemasValidateOnTheQwen3Vocabulary) {
   const std::string model = test::qwen3_tiny_model();
-  if (model.empty() || !have_node()) GTEST_SKIP() << "tests/node/node_modules or node missing (scripts/install-deps)";
+  if (model.empty() || !have_node())
+    GTEST_SKIP() << "tests/node/node_modules or node missing (scripts/install-deps)";
   auto engine = Engine::load({.model_path = model, .n_ctx = 1024});
   ASSERT_GT(engine->info().n_vocab, 150000);
-  const auto prompt = engine->tokenize("<|im_start|>user\nAnswer in JSON.<|im_end|>\n<|im_start|>assistant\n", false, true);
+  const auto prompt = engine->tokenize(
+      "<|im_start|>user\nAnswer in JSON.<|im_end|>\n<|im_start|>assistant\n", false, true);
   const json cases = sample_schemas(*engine, prompt, 3);
   validate(cases, "qwen3");
 }
 
 TEST(StructuredOutput, SchemasValidateOnTheShippedModel) {
-  if (!have_node()) GTEST_SKIP() << "tests/node/node_modules or node missing (scripts/install-deps)";
+  if (!have_node())
+    GTEST_SKIP() << "tests/node/node_modules or node missing (scripts/install-deps)";
   auto engine = Engine::load({.model_path = kShipped, .n_ctx = 1024});
   const json cases = sample_schemas(*engine, engine->tokenize("And God said", true), 3);
   validate(cases, "shipped");
@@ -106,7 +112,8 @@ TEST(StructuredOutput, ExampleGrammarsHoldOnTheShippedModel) {
   auto engine = Engine::load({.model_path = kShipped, .n_ctx = 512});
   auto session = engine->new_session();
   for (const char* name : {"arithmetic", "json", "list", "chess", "japanese"}) {
-    const std::string gbnf = test::read_file(kSource / "tests/data/structured/gbnf" / (std::string(name) + ".gbnf"));
+    const std::string gbnf =
+        test::read_file(kSource / "tests/data/structured/gbnf" / (std::string(name) + ".gbnf"));
     const grammar::Automaton a(grammar::parse_gbnf(gbnf));
     for (uint64_t seed = 1; seed <= 3; ++seed) {
       GenerateOptions o;
@@ -116,8 +123,10 @@ TEST(StructuredOutput, ExampleGrammarsHoldOnTheShippedModel) {
       o.sampling.seed = seed;
       const GenerateResult r = session->generate(engine->tokenize("And God said", true), o, {});
       const grammar::MatchState end = grammar::advance(a, grammar::start_state(a), r.text);
-      if (r.finish == FinishReason::kLength) EXPECT_FALSE(end.dead()) << name << ": " << r.text;
-      else EXPECT_TRUE(end.can_end) << name << ": " << r.text;
+      if (r.finish == FinishReason::kLength)
+        EXPECT_FALSE(end.dead()) << name << ": " << r.text;
+      else
+        EXPECT_TRUE(end.can_end) << name << ": " << r.text;
       EXPECT_FALSE(r.text.empty()) << name;
     }
   }
@@ -129,7 +138,8 @@ TEST(StructuredOutput, DraftsDoNotChangeGreedyOutput) {
   // The model repeats itself on this prompt, so n-gram drafts come; the grammar forbids 'e' and
   // ends a sentence after 40 characters at most, so many drafts run into a refused token.
   const std::string gbnf = "root ::= ([^e.\\n]{1,40} \".\"){2}\n";
-  const auto prompt = engine->tokenize("And God said, Let there be light: and there was light. And God said", true);
+  const auto prompt =
+      engine->tokenize("And God said, Let there be light: and there was light. And God said", true);
   GenerateOptions o;
   o.max_tokens = 80;
   o.grammar = gbnf;

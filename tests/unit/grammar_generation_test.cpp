@@ -113,7 +113,8 @@ TEST_F(GrammarGeneration, EndOfGenerationOnlyWhereTheTextMayEnd) {
   std::string tail;
   const GenerateResult r = gen.finish(&tail);
   EXPECT_EQ(r.finish, FinishReason::kEog);
-  EXPECT_TRUE(r.text.starts_with("ab") && r.text.find_first_not_of('c', 2) == std::string::npos) << r.text;
+  EXPECT_TRUE(r.text.starts_with("ab") && r.text.find_first_not_of('c', 2) == std::string::npos)
+      << r.text;
   // Without the end-of-generation rule (ignore_eos) the end token is never offered.
   GenerateOptions o = options(6);
   o.stop_at_eog = false;

@@ -44,7 +44,8 @@ std::string error_of(const std::string& gbnf) {
 
 // The example grammars (tests/data/structured/gbnf): the features of llama.cpp's.
 std::string example(const std::string& name) {
-  return test::read_file(std::filesystem::path(SLUICE_SOURCE_DIR) / "tests/data/structured/gbnf" / (name + ".gbnf"));
+  return test::read_file(std::filesystem::path(SLUICE_SOURCE_DIR) / "tests/data/structured/gbnf" /
+                         (name + ".gbnf"));
 }
 const std::string kArithmetic = example("arithmetic");
 const std::string kJson = example("json");
@@ -55,25 +56,31 @@ const std::string kJapanese = example("japanese");
 }  // namespace
 
 TEST(GrammarParse, ErrorsNameLineColumnAndReason) {
-  EXPECT_NE(error_of("root ::= \"a\"\nitem := \"b\"\n").find("line 2, column 6: expected '::=' after 'item'"),
+  EXPECT_NE(error_of("root ::= \"a\"\nitem := \"b\"\n")
+                .find("line 2, column 6: expected '::=' after 'item'"),
             std::string::npos)
       << error_of("root ::= \"a\"\nitem := \"b\"\n");
-  EXPECT_NE(error_of("root ::= foo\n").find("line 1, column 10: rule 'foo' is used but never defined"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of("root ::= foo\n").find("line 1, column 10: rule 'foo' is used but never defined"),
+      std::string::npos);
   EXPECT_NE(error_of("item ::= \"x\"\n").find("no 'root' rule"), std::string::npos);
-  EXPECT_NE(error_of("root ::= \"a\"\nroot ::= \"b\"\n").find("line 2, column 1: rule 'root' is defined twice"),
+  EXPECT_NE(error_of("root ::= \"a\"\nroot ::= \"b\"\n")
+                .find("line 2, column 1: rule 'root' is defined twice"),
             std::string::npos);
   EXPECT_NE(error_of("root ::= \"abc\n").find("line 1, column 10: this literal is not closed"),
             std::string::npos);
   EXPECT_NE(error_of("root ::= [a-z\n").find("not closed"), std::string::npos);
-  EXPECT_NE(error_of("root ::= \"\\q\"\n").find("line 1, column 11: unknown escape '\\q'"), std::string::npos);
+  EXPECT_NE(error_of("root ::= \"\\q\"\n").find("line 1, column 11: unknown escape '\\q'"),
+            std::string::npos);
   EXPECT_NE(error_of("root ::= [z-a]\n").find("ends before it starts"), std::string::npos);
   EXPECT_NE(error_of("root ::= \"a\"{3,2}\n").find("maximum below its minimum"), std::string::npos);
   EXPECT_NE(error_of("root ::= \"a\"{2001}\n").find("at most 2000"), std::string::npos);
   EXPECT_NE(error_of("root ::= * \"a\"\n").find("nothing before it to repeat"), std::string::npos);
   EXPECT_NE(error_of("root ::= (\"a\" \"b\"\n").find("expected ')'"), std::string::npos);
-  EXPECT_NE(error_of("root ::= \"\\uD800\"\n").find("not a Unicode scalar value"), std::string::npos);
-  EXPECT_NE(error_of("root ::= expr\nexpr ::= expr \"+\" \"1\" | \"1\"\n").find("rule 'expr' is left-recursive"),
+  EXPECT_NE(error_of("root ::= \"\\uD800\"\n").find("not a Unicode scalar value"),
+            std::string::npos);
+  EXPECT_NE(error_of("root ::= expr\nexpr ::= expr \"+\" \"1\" | \"1\"\n")
+                .find("rule 'expr' is left-recursive"),
             std::string::npos);
   // Left recursion through a rule that may match nothing.
   EXPECT_NE(error_of("root ::= a\na ::= b a \"x\" | \"y\"\nb ::= \"z\"?\n").find("left-recursive"),
@@ -94,7 +101,8 @@ TEST(GrammarMatch, ArithmeticRecursesThroughParentheses) {
 }
 
 TEST(GrammarMatch, JsonWithEscapesAndNesting) {
-  EXPECT_TRUE(matches(kJson, R"({"a": [1, -2.5e+3, {"b": null}], "c\n\u00e9": "x\"y", "d": true})"));
+  EXPECT_TRUE(
+      matches(kJson, R"({"a": [1, -2.5e+3, {"b": null}], "c\n\u00e9": "x\"y", "d": true})"));
   EXPECT_TRUE(matches(kJson, "{}"));
   EXPECT_TRUE(matches(kJson, "{\"é😀\":\"ü\"}"));
   EXPECT_FALSE(matches(kJson, R"({"a": 01})"));
@@ -127,7 +135,8 @@ TEST(GrammarMatch, UnicodeRangesAnyCharAndNegation) {
   EXPECT_FALSE(matches(any, "xyb"));
   EXPECT_FALSE(matches(any, "xy\xc3\xa9"));
   // Every code point of each encoded length at the edges of UTF-8's ranges.
-  const std::string edges = "root ::= [\\x7f-\\u0080] [\\u07ff-\\u0800] [\\uffff-\\U00010000] [\\U0010FFFF]\n";
+  const std::string edges =
+      "root ::= [\\x7f-\\u0080] [\\u07ff-\\u0800] [\\uffff-\\U00010000] [\\U0010FFFF]\n";
   EXPECT_TRUE(matches(edges, "\x7f\xdf\xbf\xef\xbf\xbf\xf4\x8f\xbf\xbf"));
   EXPECT_TRUE(matches(edges, "\xc2\x80\xe0\xa0\x80\xf0\x90\x80\x80\xf4\x8f\xbf\xbf"));
   EXPECT_FALSE(matches(edges, "\xc2\x7f\xe0\xa0\x80\xf0\x90\x80\x80\xf4\x8f\xbf\xbf"));
@@ -151,7 +160,8 @@ const Tokenizer& qwen3_tokenizer() {
 
 // Walks `steps` random tokens through `gbnf`, checking each step's mask against every token tried
 // one by one. Returns the text generated.
-std::string check_masks(const Tokenizer& tok, const std::string& gbnf, int steps, uint64_t seed, int padding = 7) {
+std::string check_masks(const Tokenizer& tok, const std::string& gbnf, int steps, uint64_t seed,
+                        int padding = 7) {
   const int n_rows = tok.n_vocab() + padding;
   auto vocab = std::make_shared<const VocabTrie>(tok, n_rows);
   auto g = std::make_shared<const TokenGrammar>(gbnf, vocab);
@@ -167,12 +177,13 @@ std::string check_masks(const Tokenizer& tok, const std::string& gbnf, int steps
     for (int32_t id = 0; id < n_rows; ++id) {
       const bool eog = id < tok.n_vocab() && tok.is_eog(id);
       const std::string bytes = id < tok.n_vocab() && !eog ? tok.token_bytes(id) : std::string();
-      bool expect = eog ? brute.can_end : !bytes.empty() && !advance(g->automaton(), brute, bytes).dead();
+      bool expect =
+          eog ? brute.can_end : !bytes.empty() && !advance(g->automaton(), brute, bytes).dead();
       // Control tokens count only where the grammar spells them; none of these grammars does.
       if (!eog && id < tok.n_vocab() && tok.token_type(id) == TokenType::kControl) expect = false;
       if (id < tok.n_vocab() && tok.token_type(id) == TokenType::kUnused) expect = false;
-      EXPECT_EQ(std::isfinite(out[id]), expect) << "step " << step << " token " << id << " '" << bytes
-                                                 << "' after '" << text << "'";
+      EXPECT_EQ(std::isfinite(out[id]), expect)
+          << "step " << step << " token " << id << " '" << bytes << "' after '" << text << "'";
       if (expect) (eog ? other : allowed).push_back(id);
     }
     EXPECT_EQ(any, !allowed.empty() || !other.empty());
@@ -201,7 +212,8 @@ TEST(GrammarMask, MatchesBruteForceOnASmallVocabulary) {
 }
 
 TEST(GrammarMask, MatchesBruteForceOnQwen3Vocabulary) {
-  if (test::qwen3_vocab_gguf().empty()) GTEST_SKIP() << "tests/node/node_modules missing (scripts/install-deps)";
+  if (test::qwen3_vocab_gguf().empty())
+    GTEST_SKIP() << "tests/node/node_modules missing (scripts/install-deps)";
   const Tokenizer& tok = qwen3_tokenizer();
   ASSERT_GT(tok.n_vocab(), 150000);
   check_masks(tok, kJson, 6, 11, 267);
@@ -209,7 +221,8 @@ TEST(GrammarMask, MatchesBruteForceOnQwen3Vocabulary) {
 }
 
 TEST(GrammarMask, ControlTokensOnlyWhereALiteralSpellsThem) {
-  if (test::qwen3_vocab_gguf().empty()) GTEST_SKIP() << "tests/node/node_modules missing (scripts/install-deps)";
+  if (test::qwen3_vocab_gguf().empty())
+    GTEST_SKIP() << "tests/node/node_modules missing (scripts/install-deps)";
   const Tokenizer& tok = qwen3_tokenizer();
   const int32_t im_start = tok.find_token("<|im_start|>");
   ASSERT_GE(im_start, 0);
@@ -219,7 +232,8 @@ TEST(GrammarMask, ControlTokensOnlyWhereALiteralSpellsThem) {
   free_text.mask(logits, out, true);
   EXPECT_FALSE(std::isfinite(out[im_start]));
   EXPECT_TRUE(std::isfinite(out[tok.find_token("<")]));
-  GrammarMatcher spelled(std::make_shared<const TokenGrammar>("root ::= \"<|im_start|>\" [a-z]+\n", vocab));
+  GrammarMatcher spelled(
+      std::make_shared<const TokenGrammar>("root ::= \"<|im_start|>\" [a-z]+\n", vocab));
   spelled.mask(logits, out, true);
   EXPECT_TRUE(std::isfinite(out[im_start]));
   EXPECT_TRUE(spelled.accept(im_start));
@@ -285,21 +299,24 @@ TEST(GrammarMask, NoTokenCanStartIsAnError) {
     TokenGrammar g("root ::= \"c\" | [x-z]\n", vocab);
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("no token of the model's vocabulary can begin the text it allows "
-                                         "(which starts with 'c', 'x', 'y', 'z')"),
+    EXPECT_NE(std::string(e.what()).find(
+                  "no token of the model's vocabulary can begin the text it allows "
+                  "(which starts with 'c', 'x', 'y', 'z')"),
               std::string::npos)
         << e.what();
   }
   GrammarMatcher m(std::make_shared<const TokenGrammar>("root ::= \"ab\"+\n", vocab));
   std::vector<float> logits(4, 0.0f), out;
   EXPECT_TRUE(m.mask(logits, out, true));
-  EXPECT_TRUE(std::isfinite(out[0]) && std::isfinite(out[2]) && !std::isfinite(out[1]) && !std::isfinite(out[3]));
+  EXPECT_TRUE(std::isfinite(out[0]) && std::isfinite(out[2]) && !std::isfinite(out[1]) &&
+              !std::isfinite(out[3]));
 }
 
 TEST(GrammarMask, AVocabularyThatCannotContinueEndsTheTextUnfinished) {
   std::unique_ptr<gguf::File> file;
   auto tok = ab_tokenizer(file);
-  auto g = std::make_shared<const TokenGrammar>("root ::= \"ab\" \"c\"\n", std::make_shared<const VocabTrie>(*tok, 4));
+  auto g = std::make_shared<const TokenGrammar>("root ::= \"ab\" \"c\"\n",
+                                                std::make_shared<const VocabTrie>(*tok, 4));
   GenerateOptions o;
   o.sampling.temperature = 0;
   o.draft.mode = DraftMode::kNone;

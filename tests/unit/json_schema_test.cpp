@@ -1,6 +1,8 @@
 // JSON Schema to grammar: which JSON texts each construct admits (and refuses), integer ranges
 // checked number by number, patterns and formats, and the errors that name an unsupported keyword
 // and where it is. (Sampled outputs are validated with ajv in tests/archs/structured_output_test.)
+#include "grammar/json_schema.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -8,7 +10,6 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "grammar/json_schema.h"
 #include "grammar/token_grammar.h"
 #include "sluice/grammar.h"
 #include "test_util.h"
@@ -22,7 +23,9 @@ namespace {
 class Schema {
  public:
   explicit Schema(const std::string& schema) : a_(parse_gbnf(json_schema_grammar(schema))) {}
-  bool operator()(const std::string& text) const { return advance(a_, start_state(a_), text).can_end; }
+  bool operator()(const std::string& text) const {
+    return advance(a_, start_state(a_), text).can_end;
+  }
 
  private:
   Automaton a_;
@@ -40,26 +43,28 @@ std::string error_of(const std::string& schema) {
 }  // namespace
 
 TEST(JsonSchema, ObjectsRequiredOptionalAndOrder) {
-  const Schema s(R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"string"},"c":{"type":"boolean"}},
+  const Schema s(
+      R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"string"},"c":{"type":"boolean"}},
                      "required":["b"],"additionalProperties":false})");
   EXPECT_TRUE(s(R"({"b":"x"})"));
   EXPECT_TRUE(s(R"({"a":1,"b":"x","c":true})"));
   EXPECT_TRUE(s(R"({ "a": -7, "b": "" })"));
   EXPECT_TRUE(s("{\n  \"b\": \"x\",\n  \"c\": false\n}"));
-  EXPECT_FALSE(s(R"({})"));                  // b is required
+  EXPECT_FALSE(s(R"({})"));  // b is required
   EXPECT_FALSE(s(R"({"a":1})"));
-  EXPECT_FALSE(s(R"({"b":"x","a":1})"));     // schema order
-  EXPECT_FALSE(s(R"({"b":"x","d":1})"));     // no additional properties
+  EXPECT_FALSE(s(R"({"b":"x","a":1})"));  // schema order
+  EXPECT_FALSE(s(R"({"b":"x","d":1})"));  // no additional properties
   EXPECT_FALSE(s(R"({"a":1,,"b":"x"})"));
   EXPECT_FALSE(s(R"({"b":"x",})"));
-  EXPECT_FALSE(s(R"({"a":1.5,"b":"x"})"));   // integer
-  EXPECT_FALSE(s("{\"b\":\"x\"}   "));       // nothing after the value
+  EXPECT_FALSE(s(R"({"a":1.5,"b":"x"})"));  // integer
+  EXPECT_FALSE(s("{\"b\":\"x\"}   "));      // nothing after the value
   // Without properties: any object; with additionalProperties a schema: extra keys that are not
   // the declared names.
   const Schema any(R"({"type":"object"})");
   EXPECT_TRUE(any(R"({"k":[1,{"z":null}],"e":"\u00e9\n"})"));
   EXPECT_FALSE(any(R"([1])"));
-  const Schema extra(R"({"type":"object","properties":{"id":{"type":"integer"}},"additionalProperties":{"type":"boolean"}})");
+  const Schema extra(
+      R"({"type":"object","properties":{"id":{"type":"integer"}},"additionalProperties":{"type":"boolean"}})");
   EXPECT_TRUE(extra(R"({"id":1,"flag":true,"i":false,"idx":true})"));
   EXPECT_TRUE(extra(R"({"flag":true})"));
   EXPECT_FALSE(extra(R"({"id":1,"id":true})"));  // an extra "id" would have to be an integer
@@ -76,13 +81,15 @@ TEST(JsonSchema, ArraysCountsAndTuples) {
   const Schema empty_ok(R"({"type":"array","items":{"type":"null"}})");
   EXPECT_TRUE(empty_ok("[]"));
   EXPECT_TRUE(empty_ok("[null,null,null,null,null]"));
-  const Schema tuple(R"({"type":"array","prefixItems":[{"type":"integer"},{"type":"string"}],"items":false})");
+  const Schema tuple(
+      R"({"type":"array","prefixItems":[{"type":"integer"},{"type":"string"}],"items":false})");
   EXPECT_TRUE(tuple("[]"));
   EXPECT_TRUE(tuple("[1]"));
   EXPECT_TRUE(tuple(R"([1,"a"])"));
   EXPECT_FALSE(tuple(R"([1,"a",2])"));
   EXPECT_FALSE(tuple(R"(["a"])"));
-  const Schema draft7(R"({"type":"array","items":[{"type":"boolean"}],"additionalItems":{"type":"integer"},"minItems":2})");
+  const Schema draft7(
+      R"({"type":"array","items":[{"type":"boolean"}],"additionalItems":{"type":"integer"},"minItems":2})");
   EXPECT_TRUE(draft7("[true,1,2]"));
   EXPECT_FALSE(draft7("[true]"));
   EXPECT_FALSE(draft7("[1,1]"));
@@ -103,17 +110,20 @@ TEST(JsonSchema, EnumsConstsUnionsAndCombinators) {
   EXPECT_TRUE(any_of(R"("ab")"));
   EXPECT_TRUE(any_of("false"));
   EXPECT_FALSE(any_of(R"("abc")"));
-  const Schema one_of(R"({"oneOf":[{"type":"object","properties":{"t":{"const":"a"},"v":{"type":"integer"}},"required":["t","v"]},
+  const Schema one_of(
+      R"({"oneOf":[{"type":"object","properties":{"t":{"const":"a"},"v":{"type":"integer"}},"required":["t","v"]},
                                    {"type":"object","properties":{"t":{"const":"b"}},"required":["t"]}]})");
   EXPECT_TRUE(one_of(R"({"t":"a","v":1})"));
   EXPECT_TRUE(one_of(R"({"t":"b"})"));
   EXPECT_FALSE(one_of(R"({"t":"c"})"));
-  const Schema all_of(R"({"allOf":[{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]},
+  const Schema all_of(
+      R"({"allOf":[{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]},
                                    {"properties":{"a":{"minimum":5},"b":{"type":"null"}}}]})");
   EXPECT_TRUE(all_of(R"({"a":5,"b":null})"));
   EXPECT_FALSE(all_of(R"({"a":4})"));
   EXPECT_FALSE(all_of(R"({"b":null})"));
-  const Schema refs(R"({"$defs":{"n":{"type":"object","properties":{"k":{"type":"array","items":{"$ref":"#/$defs/n"}}},"required":["k"]}},
+  const Schema refs(
+      R"({"$defs":{"n":{"type":"object","properties":{"k":{"type":"array","items":{"$ref":"#/$defs/n"}}},"required":["k"]}},
                         "$ref":"#/$defs/n"})");
   EXPECT_TRUE(refs(R"({"k":[{"k":[]},{"k":[{"k":[]}]}]})"));
   EXPECT_FALSE(refs(R"({"k":[{}]})"));
@@ -123,8 +133,9 @@ TEST(JsonSchema, EnumsConstsUnionsAndCombinators) {
 }
 
 TEST(JsonSchema, IntegerRangesNumberByNumber) {
-  const std::pair<int64_t, int64_t> ranges[] = {{0, 0}, {-50, 1234}, {7, 7}, {-999, -100}, {1, 9},
-                                                {0, 100000}, {99, 1001}, {-5, 5}, {123456, 123789}};
+  const std::pair<int64_t, int64_t> ranges[] = {{0, 0},       {-50, 1234}, {7, 7},
+                                                {-999, -100}, {1, 9},      {0, 100000},
+                                                {99, 1001},   {-5, 5},     {123456, 123789}};
   for (auto [lo, hi] : ranges) {
     const Schema s(fmt::format(R"({{"type":"integer","minimum":{},"maximum":{}}})", lo, hi));
     for (int64_t n = lo - 40; n <= hi + 40; n += (hi - lo > 5000 ? 37 : 1))
@@ -146,7 +157,8 @@ TEST(JsonSchema, NumberBoundsAndShapes) {
   for (const char* ok : {"0", "-0", "1.5", "-12.25e+10", "3E-7", "100"}) EXPECT_TRUE(n(ok)) << ok;
   for (const char* no : {"01", "1.", ".5", "+1", "1e", "NaN", "1e123"}) EXPECT_FALSE(n(no)) << no;
   const Schema b(R"({"type":"number","minimum":-2.5,"exclusiveMaximum":3})");
-  for (const char* ok : {"-2", "-1.999", "0", "-0.5", "2.999", "2", "-1.5"}) EXPECT_TRUE(b(ok)) << ok;
+  for (const char* ok : {"-2", "-1.999", "0", "-0.5", "2.999", "2", "-1.5"})
+    EXPECT_TRUE(b(ok)) << ok;
   for (const char* no : {"3", "3.0", "-3", "-2.6", "1e1", "-2.7"}) EXPECT_FALSE(b(no)) << no;
 }
 
@@ -159,7 +171,7 @@ TEST(JsonSchema, StringsLengthsFormatsAndPatterns) {
   EXPECT_FALSE(len("\"😀😀\""));  // JavaScript counts each twice: bounded strings keep to U+FFFF
   EXPECT_TRUE(Schema(R"({"type":"string"})")("\"😀😀😀\""));
   EXPECT_FALSE(len(R"("abcd")"));
-  EXPECT_FALSE(len("\"a\nb\""));  // raw control characters are not JSON
+  EXPECT_FALSE(len("\"a\nb\""));      // raw control characters are not JSON
   EXPECT_FALSE(len(R"("\ud800x")"));  // lone surrogate escapes are left out
   const Schema date(R"({"type":"string","format":"date"})");
   EXPECT_TRUE(date(R"("2024-02-28")"));
@@ -194,8 +206,10 @@ TEST(JsonSchema, UnsupportedKeywordsAreNamedWithTheirPlace) {
   const std::pair<const char*, const char*> cases[] = {
       {R"({"type":"object","properties":{"a":{"type":"array","minContains":1}}})",
        "at /properties/a: keyword 'minContains' is not supported"},
-      {R"({"type":"integer","multipleOf":3})", "at the root: keyword 'multipleOf' is not supported"},
-      {R"({"type":"object","patternProperties":{"^x":{}}})", "keyword 'patternProperties' is not supported"},
+      {R"({"type":"integer","multipleOf":3})",
+       "at the root: keyword 'multipleOf' is not supported"},
+      {R"({"type":"object","patternProperties":{"^x":{}}})",
+       "keyword 'patternProperties' is not supported"},
       {R"({"type":"array","items":{"type":"string","format":"email"}})",
        "at /items/format: format 'email' is not supported"},
       {R"({"type":"array","uniqueItems":true})", "'uniqueItems': true is not supported"},
@@ -204,15 +218,18 @@ TEST(JsonSchema, UnsupportedKeywordsAreNamedWithTheirPlace) {
       {R"({"type":"string","pattern":"\\bword"})", "word boundaries"},
       {R"({"$ref":"http://example.com/s.json"})", "only local references"},
       {R"({"$ref":"#/$defs/missing"})", "points at nothing"},
-      {R"({"oneOf":[{"type":"integer"},{"type":"number"}]})", "oneOf: alternatives 0 and 1 could both accept a value"},
+      {R"({"oneOf":[{"type":"integer"},{"type":"number"}]})",
+       "oneOf: alternatives 0 and 1 could both accept a value"},
       {R"({"type":"integer","minimum":5,"maximum":4})", "no integer lies between"},
-      {R"({"allOf":[{"type":"string"},{"type":"integer"}]})", "allOf: no type satisfies every part"},
+      {R"({"allOf":[{"type":"string"},{"type":"integer"}]})",
+       "allOf: no type satisfies every part"},
       {R"({"type":"string","format":"date","maxLength":5})", "'format' together with"},
       {R"({"$ref":"#"})", "references loop without reaching a schema"},
       {R"(false)", "the schema false accepts no value"},
       {R"({"type":"objekt"})", "unknown type 'objekt'"},
       {"{not json", "not valid JSON"},
-      {R"({"allOf":[{"type":"integer","minimum":"a"},{"minimum":1}]})", "'minimum' must be a number"},
+      {R"({"allOf":[{"type":"integer","minimum":"a"},{"minimum":1}]})",
+       "'minimum' must be a number"},
       {R"({"type":"object","properties":5})", "'properties' must be an object"},
       {R"({"type":"string","minLength":-1})", "'minLength' must be a non-negative integer"},
   };
@@ -223,8 +240,8 @@ TEST(JsonSchema, UnsupportedKeywordsAreNamedWithTheirPlace) {
 }
 
 TEST(JsonSchema, EveryTestSchemaCompiles) {
-  const auto cases = nlohmann::json::parse(
-      test::read_file(std::filesystem::path(SLUICE_SOURCE_DIR) / "tests/data/structured/schemas.json"));
+  const auto cases = nlohmann::json::parse(test::read_file(
+      std::filesystem::path(SLUICE_SOURCE_DIR) / "tests/data/structured/schemas.json"));
   ASSERT_GE(cases.size(), 30u);
   for (const auto& c : cases) EXPECT_EQ(error_of(c["schema"].dump()), "") << c["name"];
 }

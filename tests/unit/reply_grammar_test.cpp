@@ -53,10 +53,12 @@ std::vector<ChatDelta> parse(ChatSyntax syntax, const std::string& text) {
 }  // namespace
 
 TEST(ReplyGrammar, ForcedToolCallsParseBackInEverySyntax) {
-  for (ChatSyntax syntax : {ChatSyntax::kHermes, ChatSyntax::kDeepSeek, ChatSyntax::kKimi, ChatSyntax::kHarmony}) {
+  for (ChatSyntax syntax :
+       {ChatSyntax::kHermes, ChatSyntax::kDeepSeek, ChatSyntax::kKimi, ChatSyntax::kHarmony}) {
     for (uint64_t seed = 1; seed <= 12; ++seed) {
       const bool named = seed % 3 == 0;
-      const std::string gbnf = tool_call_grammar(syntax, kTools.dump(), named ? "get_weather" : "", seed % 2 == 0, false);
+      const std::string gbnf = tool_call_grammar(syntax, kTools.dump(), named ? "get_weather" : "",
+                                                 seed % 2 == 0, false);
       const std::string text = random_text(gbnf, seed);
       const std::vector<ChatDelta> deltas = parse(syntax, text);
       ASSERT_FALSE(deltas.empty()) << chat_syntax_name(syntax) << ": " << text;
@@ -67,8 +69,10 @@ TEST(ReplyGrammar, ForcedToolCallsParseBackInEverySyntax) {
           EXPECT_EQ(d.name, "get_weather");
         }
         if (d.name == "get_weather") {
-          EXPECT_TRUE(args["city"].is_string() && args["city"].get<std::string>().size() <= 8 * 3) << d.text;
-          EXPECT_TRUE(args["days"].is_number_integer() && args["days"] >= 1 && args["days"] <= 7) << d.text;
+          EXPECT_TRUE(args["city"].is_string() && args["city"].get<std::string>().size() <= 8 * 3)
+              << d.text;
+          EXPECT_TRUE(args["days"].is_number_integer() && args["days"] >= 1 && args["days"] <= 7)
+              << d.text;
         } else {
           EXPECT_EQ(d.name, "stop");
           EXPECT_EQ(args, json::object());
@@ -82,7 +86,8 @@ TEST(ReplyGrammar, ForcedToolCallsParseBackInEverySyntax) {
 }
 
 TEST(ReplyGrammar, JsonRepliesAreTheContent) {
-  const std::string schema = R"({"type":"object","properties":{"n":{"type":"integer","minimum":0,"maximum":9}},"required":["n"]})";
+  const std::string schema =
+      R"({"type":"object","properties":{"n":{"type":"integer","minimum":0,"maximum":9}},"required":["n"]})";
   for (ChatSyntax syntax : {ChatSyntax::kPlain, ChatSyntax::kHermes, ChatSyntax::kHarmony}) {
     for (bool reasoning : {false, true}) {
       if (reasoning && syntax == ChatSyntax::kHarmony) continue;
@@ -92,7 +97,8 @@ TEST(ReplyGrammar, JsonRepliesAreTheContent) {
       out.add(p.push(text));
       out.add(p.finish());
       const json j = json::parse(out.content, nullptr, false);
-      ASSERT_TRUE(j.is_object()) << chat_syntax_name(syntax) << ": " << text << " -> " << out.content;
+      ASSERT_TRUE(j.is_object()) << chat_syntax_name(syntax) << ": " << text << " -> "
+                                 << out.content;
       EXPECT_TRUE(j["n"].is_number_integer());
       EXPECT_TRUE(out.tool_calls.empty());
     }
@@ -105,9 +111,11 @@ TEST(ReplyGrammar, SyntaxesWithoutJsonCallsAreRefused) {
       tool_call_grammar(syntax, kTools.dump(), "", false, false);
       ADD_FAILURE() << chat_syntax_name(syntax);
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(chat_syntax_name(syntax)), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(chat_syntax_name(syntax)), std::string::npos)
+          << e.what();
     }
   }
-  EXPECT_THROW(tool_call_grammar(ChatSyntax::kHermes, kTools.dump(), "missing", false, false), Error);
+  EXPECT_THROW(tool_call_grammar(ChatSyntax::kHermes, kTools.dump(), "missing", false, false),
+               Error);
   EXPECT_THROW(tool_call_grammar(ChatSyntax::kHermes, "[]", "", false, false), Error);
 }
