@@ -96,7 +96,7 @@ TEST(StructuredOutput, SchemasValidateOnTheQwen3Vocabulary) {
   ASSERT_GT(engine->info().n_vocab, 150000);
   const auto prompt = engine->tokenize(
       "<|im_start|>user\nAnswer in JSON.<|im_end|>\n<|im_start|>assistant\n", false, true);
-  const json cases = sample_schemas(*engine, prompt, 3);
+  const json cases = sample_schemas(*engine, prompt, 6);
   validate(cases, "qwen3");
 }
 
@@ -104,7 +104,7 @@ TEST(StructuredOutput, SchemasValidateOnTheShippedModel) {
   if (!have_node())
     GTEST_SKIP() << "tests/node/node_modules or node missing (scripts/install-deps)";
   auto engine = Engine::load({.model_path = kShipped, .n_ctx = 1024});
-  const json cases = sample_schemas(*engine, engine->tokenize("And God said", true), 3);
+  const json cases = sample_schemas(*engine, engine->tokenize("And God said", true), 6);
   validate(cases, "shipped");
 }
 
