@@ -162,10 +162,6 @@ EngineOptions engine_options(const ModelFlags& f) {
   return o;
 }
 
-}  // namespace sluice::cli
-
-namespace sluice::cli {
-
 namespace {
 
 const char* grammar_flag(const GrammarFlags& g) {
