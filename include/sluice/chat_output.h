@@ -74,6 +74,20 @@ class ChatOutputParser {
   std::string id_prefix_;
 };
 
+// Grammars (GBNF, for GenerateOptions::grammar) of constrained replies, written the way `syntax`
+// expects so that ChatOutputParser reads them back. `starts_in_reasoning`: the prompt opened a
+// <think> block, which the reply closes first. Both throw sluice::Error naming what they cannot
+// express.
+// A reply whose content is JSON valid under `schema_json` (a JSON Schema; harmony: in the final
+// channel).
+std::string json_reply_grammar(ChatSyntax syntax, std::string_view schema_json, bool starts_in_reasoning);
+// A reply that is only tool calls: each names one of the tools (an OpenAI `tools` array as JSON;
+// `name` non-empty: that tool only) with arguments valid under its `parameters` schema; one call,
+// or with `parallel` one or more. Hermes (Qwen), DeepSeek V3.1, Kimi K2 and harmony (gpt-oss, one
+// call per message) syntaxes; the others write arguments as text this cannot constrain.
+std::string tool_call_grammar(ChatSyntax syntax, std::string_view tools_json, std::string_view name, bool parallel,
+                              bool starts_in_reasoning);
+
 // Merges deltas into whole parts (non-streaming responses).
 struct ChatOutput {
   std::string content, reasoning;

@@ -18,7 +18,8 @@
 #include <utility>
 #include <vector>
 
-#include "sluice/types.h"  // IWYU pragma: export
+#include "sluice/grammar.h"  // IWYU pragma: export
+#include "sluice/types.h"    // IWYU pragma: export
 
 namespace sluice {
 
@@ -97,9 +98,16 @@ struct GenerateOptions {
   DraftOptions draft;
   std::vector<std::string> stop;  // generation ends before any of these strings
   bool stop_at_eog = true;        // end at the model's end-of-generation tokens
+  // A GBNF grammar (llama.cpp's syntax, see sluice/grammar.h) the generated text must match;
+  // empty: unconstrained. Tokens it does not allow are masked before sampling; the generation
+  // ends with kGrammar once the text is complete and nothing can follow (or with kEog at an
+  // end-of-generation token, allowed only where the text may end). kLength means unfinished.
+  std::string grammar;
 };
 
-enum class FinishReason { kLength, kStop, kEog, kCancelled };
+// Why a generation ended: max_tokens or the context (or a grammar no token can continue), a stop
+// string, an end-of-generation token, the caller, or a grammar whose text is complete.
+enum class FinishReason { kLength, kStop, kEog, kCancelled, kGrammar };
 
 // A generated token under the model's distribution: log-softmax of its logits at temperature 1,
 // before penalties and top-k/top-p/min-p truncation (what OpenAI's logprobs report).
@@ -123,6 +131,7 @@ struct GenerateResult {
   int n_drafted = 0;   // draft tokens verified
   int n_accepted = 0;  // of them, accepted (each one a token without a forward pass of its own)
   int n_steps = 0;     // decode forward passes (with drafting, fewer than the generated tokens)
+  double grammar_seconds = 0;  // spent masking logits and advancing the grammar (with one)
 };
 
 // Called with each generated token and its text (UTF-8 complete; may be empty while a
@@ -167,6 +176,11 @@ class Engine {
 
   const ModelInfo& info() const;
   std::vector<int32_t> tokenize(std::string_view text, bool add_special, bool parse_special = false) const;
+  // Compiles a GBNF grammar for this vocabulary (GenerateOptions::grammar); throws sluice::Error
+  // with the line, column and reason when it does not parse or compile, and when no token can
+  // begin the text it allows. Compiled grammars are kept (the most recent 16), so generating
+  // with the same text again does not compile it again.
+  void check_grammar(std::string_view grammar) const;
   std::string detokenize(std::span<const int32_t> tokens) const;
   bool is_eog(int32_t token) const;
   // Pipeline stages: the last stage (the only one with logits) passes the token it chose and

@@ -24,6 +24,7 @@ const char* finish_name(FinishReason f) {
     case FinishReason::kStop: return "stop string";
     case FinishReason::kEog: return "end of generation";
     case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kGrammar: return "grammar complete";
   }
   return "?";
 }

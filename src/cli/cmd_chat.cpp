@@ -39,6 +39,8 @@ int cmd_chat(int argc, char** argv) {
   add_sampling_flags(app, cfg.generate.sampling);
   DraftFlags df;
   add_draft_flags(app, df);
+  GrammarFlags gf;
+  add_grammar_flags(app, gf);
   app.add_option("-n,--n-predict,--predict", cfg.generate.max_tokens, "most tokens per reply")
       ->check(CLI::Range(1, 1 << 24))->capture_default_str();
   app.add_option("--system", cfg.system, "system prompt (also -sys)");
@@ -51,10 +53,12 @@ int cmd_chat(int argc, char** argv) {
   SLUICE_PARSE(app, argc, argv);
   cfg.context_shift = !no_shift;
   cfg.generate.draft = draft_options(df);
+  cfg.generate.grammar = grammar_from_flags(gf);
 
   EngineOptions eo = engine_options(mf);
   set_engine_draft(eo, df, cfg.generate.draft);
   auto engine = Engine::load(eo);
+  check_grammar_flags(*engine, gf, cfg.generate.grammar);
   const ModelInfo& mi = engine->info();
   SLUICE_LOG_INFO("model: {} ({}, {} layers, {} experts top-{}), loaded in {:.2f} s; {}", mf.model, mi.architecture,
                   mi.n_layer, mi.n_expert, mi.n_expert_used, engine->load_seconds(), mi.experts_detail);

@@ -49,6 +49,8 @@ int cmd_run(int argc, char** argv) {
   DraftFlags df;
   add_draft_flags(app, df);
   add_routing_trace_flag(app, mf);
+  GrammarFlags gf;
+  add_grammar_flags(app, gf);
   std::string prompt, prompt_file;
   bool stats = false, no_bos = false;
   auto* p = app.add_option("-p,--prompt", prompt, "prompt text");
@@ -66,6 +68,7 @@ int cmd_run(int argc, char** argv) {
   if (prompt.empty()) fail("give a prompt with -p TEXT or -f FILE");
   go.stop_at_eog = !ignore_eos;
   go.draft = draft_options(df);
+  go.grammar = grammar_from_flags(gf);
 
   EngineOptions eo = engine_options(mf);
   set_engine_draft(eo, df, go.draft);
@@ -79,6 +82,7 @@ int cmd_run(int argc, char** argv) {
                   format_bytes(mi.routed_bytes), mi.experts_detail);
   SLUICE_LOG_INFO("KV cache {} at {} tokens of context; lockable memory {}", format_bytes(mi.kv_bytes), mi.n_ctx,
                   mi.memlock_limit ? format_bytes(mi.memlock_limit) : std::string("unlimited"));
+  check_grammar_flags(*engine, gf, go.grammar);
   auto session = engine->new_session();
   // A restored session is continued: the prompt follows its text (no second BOS), so only the
   // prompt is evaluated and the output goes on from there.
@@ -125,9 +129,16 @@ int cmd_run(int argc, char** argv) {
     });
   }
   const int n_gen = static_cast<int>(r.tokens.size());
-  if (r.finish == FinishReason::kLength && n_gen < go.max_tokens)
+  const bool context_full = static_cast<int>(session->tokens().size()) + 1 >= session->n_ctx();
+  if (r.finish == FinishReason::kLength && n_gen < go.max_tokens && context_full)
     SLUICE_LOG_WARN("generation stopped after {} of {} tokens: the context of {} tokens is full (-c to enlarge it)", n_gen,
                     go.max_tokens, session->n_ctx());
+  else if (r.finish == FinishReason::kLength && n_gen < go.max_tokens)
+    SLUICE_LOG_WARN("generation stopped after {} tokens: no token of the vocabulary continues the grammar", n_gen);
+  if (!go.grammar.empty())
+    SLUICE_LOG_INFO("grammar: {}; masks and matching {:.3f} ms per token",
+                    r.finish == FinishReason::kLength ? "output unfinished (length)" : "output complete",
+                    n_gen ? 1e3 * r.grammar_seconds / n_gen : 0.0);
   SLUICE_LOG_INFO("prefill: {} tokens in {:.3f} s ({:.2f} t/s); decode: {} tokens in {:.3f} s ({:.2f} t/s)", r.n_prompt,
                   r.prefill_seconds, r.n_prompt / std::max(r.prefill_seconds, 1e-9), n_gen, r.decode_seconds,
                   n_gen / std::max(r.decode_seconds, 1e-9));

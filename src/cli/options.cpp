@@ -176,4 +176,45 @@ EngineOptions engine_options(const ModelFlags& f) {
   return o;
 }
 
+namespace {
+
+const char* grammar_flag(const GrammarFlags& g) {
+  return !g.schema.empty() ? "--json-schema" : !g.file.empty() ? "--grammar-file" : "--grammar";
+}
+
+}  // namespace
+
+void add_grammar_flags(CLI::App& app, GrammarFlags& g) {
+  auto* text = app.add_option("--grammar", g.grammar, "GBNF grammar (llama.cpp's syntax) the output must match");
+  auto* file = app.add_option("--grammar-file", g.file, "read the GBNF grammar from FILE")
+                   ->check(CLI::ExistingFile)
+                   ->excludes(text);
+  app.add_option("--json-schema", g.schema, "JSON Schema the output must satisfy: its text, or @FILE")
+      ->excludes(text)
+      ->excludes(file);
+}
+
+std::string grammar_from_flags(const GrammarFlags& g) {
+  const char* flag = grammar_flag(g);
+  try {
+    std::string gbnf = g.grammar;
+    if (!g.file.empty()) gbnf = read_text(g.file);
+    if (!g.schema.empty())
+      gbnf = json_schema_grammar(g.schema.starts_with("@") ? read_text(g.schema.substr(1)) : g.schema);
+    if (!gbnf.empty()) check_grammar(gbnf);
+    return gbnf;
+  } catch (const Error& e) {
+    throw CLI::ValidationError(flag, e.what());
+  }
+}
+
+void check_grammar_flags(const Engine& engine, const GrammarFlags& g, const std::string& gbnf) {
+  if (gbnf.empty()) return;
+  try {
+    engine.check_grammar(gbnf);
+  } catch (const Error& e) {
+    throw CLI::ValidationError(grammar_flag(g), e.what());
+  }
+}
+
 }  // namespace sluice::cli

@@ -57,6 +57,16 @@ DraftOptions draft_options(const DraftFlags& d);
 void set_engine_draft(EngineOptions& eo, const DraftFlags& d, const DraftOptions& o,
                       bool drafts = true);
 EngineOptions engine_options(const ModelFlags& f);
+// --grammar TEXT, --grammar-file FILE, --json-schema TEXT|@FILE (run, chat): what the output must
+// match. grammar_from_flags gives the GBNF ("" for none), checked without a model;
+// check_grammar_flags checks that the model's vocabulary can write it. A bad grammar or schema is
+// an argument error (exit 2) naming the flag.
+struct GrammarFlags {
+  std::string grammar, file, schema;
+};
+void add_grammar_flags(CLI::App& app, GrammarFlags& g);
+std::string grammar_from_flags(const GrammarFlags& g);
+void check_grammar_flags(const Engine& engine, const GrammarFlags& g, const std::string& gbnf);
 // -f FILE validation that also accepts '-' (standard input), and the reader to match.
 CLI::Validator stdin_or_file();
 std::string read_text(const std::string& path);

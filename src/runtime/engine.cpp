@@ -91,6 +91,7 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& o) {
   const HParams& hp = impl->model->hparams();
   if (impl->tokenizer->n_vocab() > hp.n_vocab)
     fail("the tokenizer has {} tokens but the model's embedding has {} rows", impl->tokenizer->n_vocab(), hp.n_vocab);
+  impl->grammars = std::make_unique<GrammarCache>(*impl->tokenizer, hp.n_vocab);
   if (o.n_ctx < 0) fail("context size {} is negative", o.n_ctx);
   // 0: the trained length, at most 4096. A larger explicit size is honoured (as llama.cpp does):
   // positions past the trained length may degrade, so it is said, never silently capped.
@@ -161,6 +162,8 @@ std::string Engine::detokenize(std::span<const int32_t> tokens) const {
 
 bool Engine::is_eog(int32_t token) const { return impl_->tokenizer->is_eog(token); }
 
+void Engine::check_grammar(std::string_view grammar) const { impl_->grammars->get(grammar); }
+
 int32_t Engine::share_token(int32_t token) { return impl_->link ? impl_->link->share_token(token) : token; }
 
 void engine_forward(Engine::Impl& e, const Batch& batch, KvCache& kv, std::vector<float>& logits,
@@ -216,6 +219,8 @@ std::vector<Generation::Step> decode_steps(Engine::Impl& e, std::span<const Deco
   for (size_t i = 0; i < jobs.size(); ++i) {
     Generation& gen = *jobs[i].gen;
     if (gen.limit_reached(jobs[i].n_used, n_ctx)) continue;
+    // The last stage samples nothing where a grammar allows no token; so does this one.
+    if (tokens[i] < 0 && gen.grammar_blocked()) continue;
     if (tokens[i] < 0)
       fail("{} sampled no token where {} expected one: the stages disagree on the step",
            e.link->describe(e.link->n_stages() - 1), e.link->describe(e.link->stage()));
@@ -374,6 +379,9 @@ std::vector<float> Session::evaluate_all(std::span<const int32_t> toks) {
 
 GenerateResult Session::generate(std::span<const int32_t> prompt, const GenerateOptions& o, const TokenCallback& on_token) {
   Impl& s = *impl_;
+  // A bad grammar fails before the prompt costs anything.
+  std::shared_ptr<const grammar::TokenGrammar> grammar;
+  if (!o.grammar.empty()) grammar = s.engine->grammars->get(o.grammar);
   Timer t;
   evaluate(prompt);
   const double prefill_seconds = t.seconds();
@@ -390,7 +398,7 @@ GenerateResult Session::generate(std::span<const int32_t> prompt, const Generate
         "is {})",
         draft_mode_name(s.engine->options.draft));
   }
-  Generation gen(*s.engine->tokenizer, go, prompt, s.reused);
+  Generation gen(*s.engine->tokenizer, go, prompt, s.reused, std::move(grammar));
   t.reset();
   auto emit = [&](const Generation::Sampled& next) { return !on_token || on_token(next.token, next.text); };
   // The logits of one step: the prompt's last token, then each decode pass's pending token and drafts.

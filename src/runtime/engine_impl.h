@@ -11,6 +11,7 @@
 #include "experts/expert_store.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
+#include "runtime/grammar_cache.h"
 #include "runtime/request.h"
 #include "runtime/stage_link.h"
 #include "sluice/sluice.h"
@@ -24,6 +25,7 @@ struct Engine::Impl {
   std::unique_ptr<gguf::File> mtp_file;  // EngineOptions::mtp_path; the model views its tensors
   std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<GrammarCache> grammars;  // GenerateOptions::grammar, compiled for the vocabulary
   std::unique_ptr<ThreadPool> pool;
   // Owned here and passed to every forward call. One user at a time: a running Scheduler holds
   // it for its whole life, a Session for each evaluation; a second user fails instead of racing

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/error.h"
+
 namespace sluice {
 
 namespace {
@@ -23,7 +25,8 @@ TokenLogprob token_logprob(std::span<const float> logits, int32_t token, int k) 
   std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
     return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
   });
-  for (int i = 0; i < k; ++i) lp.top.emplace_back(ids[i], logits[ids[i]] - log_z);
+  // Tokens a grammar masked out have no probability: they are not alternatives.
+  for (int i = 0; i < k && std::isfinite(logits[ids[i]]); ++i) lp.top.emplace_back(ids[i], logits[ids[i]] - log_z);
   return lp;
 }
 
@@ -42,7 +45,7 @@ int reusable_prefix(std::span<const int32_t> cached, std::span<const int32_t> pr
 }
 
 Generation::Generation(const Tokenizer& tokenizer, const GenerateOptions& options, std::span<const int32_t> prompt,
-                       int n_reused)
+                       int n_reused, std::shared_ptr<const grammar::TokenGrammar> grammar)
     : tokenizer_(tokenizer),
       options_(options),
       sampler_(sampling_params(options.sampling)),
@@ -53,6 +56,7 @@ Generation::Generation(const Tokenizer& tokenizer, const GenerateOptions& option
   check_draft_options(options.draft);
   drafting_ = options.draft.mode != DraftMode::kNone && options.draft.max > 0;
   for (int32_t t : prompt) sampler_.accept(t);
+  if (grammar) grammar_.emplace(std::move(grammar));
   result_.n_reused = n_reused;
   result_.n_prompt = static_cast<int>(prompt.size()) - n_reused;
 }
@@ -68,7 +72,29 @@ bool Generation::limit_reached(int n_used, int n_ctx) {
   return finished_;
 }
 
-Generation::Sampled Generation::sample(std::span<const float> logits) { return accept(sampler_.sample(logits), logits); }
+std::span<const float> Generation::constrain(std::span<const float> logits) {
+  if (!grammar_) return logits;
+  const Timer t;
+  const bool any = grammar_->mask(logits, masked_, options_.stop_at_eog);
+  result_.grammar_seconds += t.seconds();
+  if (any) return masked_;
+  // Nothing the vocabulary can write continues the grammar: the text stays unfinished.
+  end(FinishReason::kLength);
+  return {};
+}
+
+bool Generation::grammar_blocked() {
+  if (!grammar_) return false;
+  // Any finite logits will do: only the mask's emptiness matters.
+  const std::vector<float> flat(static_cast<size_t>(grammar_->n_rows()), 0.0f);
+  return constrain(flat).empty();
+}
+
+Generation::Sampled Generation::sample(std::span<const float> logits) {
+  const std::span<const float> row = constrain(logits);
+  if (row.empty()) return {};
+  return accept(sampler_.sample(row), row);
+}
 
 Generation::Sampled Generation::accept(int32_t token, std::span<const float> logits) {
   Sampled s;
@@ -79,13 +105,26 @@ Generation::Sampled Generation::accept(int32_t token, std::span<const float> log
     end(FinishReason::kEog);
     return s;
   }
+  if (grammar_) {
+    const Timer t;
+    // Sampling only ever offers allowed tokens; a refusal means the stages or drafts disagree.
+    if (!grammar_->accept(s.token))
+      fail("grammar: token {} ('{}') does not continue the grammar after {} generated tokens", s.token,
+           tokenizer_.token_bytes(s.token), result_.tokens.size() - 1);
+    result_.grammar_seconds += t.seconds();
+  }
   s.emitted = true;
   if (options_.logprobs >= 0 && !logits.empty())
     result_.logprobs.push_back(token_logprob(logits, s.token, options_.logprobs));
   s.text = stops_.push(decoder_.push(s.token));
   result_.text += s.text;
-  if (stops_.matched()) end(FinishReason::kStop);
-  else if (static_cast<int>(result_.tokens.size()) >= options_.max_tokens) end(FinishReason::kLength);
+  if (stops_.matched()) {
+    end(FinishReason::kStop);
+  } else if (grammar_ && grammar_->closed()) {
+    end(FinishReason::kGrammar);
+  } else if (static_cast<int>(result_.tokens.size()) >= options_.max_tokens) {
+    end(FinishReason::kLength);
+  }
   return s;
 }
 
@@ -110,16 +149,21 @@ std::vector<int32_t> Generation::propose(std::span<const int32_t> ctx, int n_ctx
   const int room = n_ctx - static_cast<int>(ctx.size());
   const int k_max = std::min({options_.draft.max, remaining, room});
   const DraftMode mode = options_.draft.mode;
+  std::vector<int32_t> drafts;
   if (mode == DraftMode::kMtp || (mode == DraftMode::kAuto && mtp)) {
     // The policy decides the length before the MTP block runs: each draft costs an MTP pass.
     const int k = draft_policy_.choose(kMtpMatch, k_max);
     if (!mtp || k < std::max(1, options_.draft.min)) return {};
-    return mtp(k);
+    drafts = mtp(k);
+  } else {
+    NgramDraft d = ngram_draft(ctx, k_max);
+    const int k = draft_policy_.choose(d.match, static_cast<int>(d.tokens.size()));
+    d.tokens.resize(k < std::max(1, options_.draft.min) ? 0 : k);
+    drafts = std::move(d.tokens);
   }
-  NgramDraft d = ngram_draft(ctx, k_max);
-  const int k = draft_policy_.choose(d.match, static_cast<int>(d.tokens.size()));
-  d.tokens.resize(k < std::max(1, options_.draft.min) ? 0 : k);
-  return d.tokens;
+  // A draft the grammar refuses could never be sampled: the draft ends before it.
+  if (grammar_) drafts.resize(grammar_->valid_prefix(drafts, options_.stop_at_eog));
+  return drafts;
 }
 
 Generation::Step Generation::take(std::span<const float> logits, std::span<const int32_t> drafts, int n_used,
@@ -129,9 +173,11 @@ Generation::Step Generation::take(std::span<const float> logits, std::span<const
   ++result_.n_steps;
   for (size_t i = 0; i <= drafts.size(); ++i) {
     if (limit_reached(n_used + static_cast<int>(i), n_ctx)) break;
-    const std::span<const float> row = logits.subspan(i * n_vocab, n_vocab);
+    const std::span<const float> row = constrain(logits.subspan(i * n_vocab, n_vocab));
+    if (row.empty()) break;
     bool accepted = false;
-    const Sampled s = i < drafts.size() ? accept(sampler_.sample_draft(row, drafts[i], &accepted), row) : sample(row);
+    const Sampled s =
+        i < drafts.size() ? accept(sampler_.sample_draft(row, drafts[i], &accepted), row) : accept(sampler_.sample(row), row);
     st.tokens.push_back(s.token);
     if (accepted) ++st.n_accepted;
     if (s.emitted && emit && !emit(s)) cancel();
@@ -157,7 +203,8 @@ void Generation::cancel() { end(FinishReason::kCancelled); }
 
 GenerateResult Generation::finish(std::string* tail) {
   tail->clear();
-  if (result_.finish == FinishReason::kLength || result_.finish == FinishReason::kEog) {
+  if (result_.finish == FinishReason::kLength || result_.finish == FinishReason::kEog ||
+      result_.finish == FinishReason::kGrammar) {
     *tail = stops_.flush(decoder_.flush());
     result_.text += *tail;
   }

@@ -6,11 +6,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "core/timer.h"
+#include "grammar/token_grammar.h"
 #include "runtime/draft.h"
 #include "sampling/sampler.h"
 #include "sluice/sluice.h"
@@ -46,8 +49,12 @@ class StopMatcher {
 class Generation {
  public:
   // `prompt` primes the sampler's penalties; `n_reused` of its tokens came from a cached prefix.
+  // `grammar` (GenerateOptions::grammar compiled for this vocabulary; null: none) constrains
+  // every token: disallowed ones are masked before sampling (so top-k/p, greedy and logprobs see
+  // the masked distribution), drafts stop at the first it refuses, and the generation ends with
+  // kGrammar once the grammar is complete and nothing can follow.
   Generation(const Tokenizer& tokenizer, const GenerateOptions& options, std::span<const int32_t> prompt,
-             int n_reused);
+             int n_reused, std::shared_ptr<const grammar::TokenGrammar> grammar = nullptr);
 
   // Before sampling: true (and finished with kLength) once max_tokens are generated or the
   // context is full (`n_used` of `n_ctx` positions, the token to sample included).
@@ -58,12 +65,17 @@ class Generation {
     std::string text;      // complete UTF-8, stop strings withheld
     bool emitted = false;  // false for an end-of-generation token, which has no text
   };
-  // Samples the next token; finishes on end of generation, a stop string or max_tokens.
+  // Samples the next token; finishes on end of generation, a stop string, a completed grammar or
+  // max_tokens. A grammar that allows no token here (the vocabulary cannot spell what it needs)
+  // finishes with kLength and returns token −1.
   Sampled sample(std::span<const float> logits);
   // Takes `token` as the next one, chosen elsewhere (the last pipeline stage sampled it): the
   // same accounting as sample() without the sampling. `logits` (empty on a stage without them)
   // give the token's log-probabilities when the request asks for them.
   Sampled accept(int32_t token, std::span<const float> logits = {});
+  // A pipeline stage without logits: true, and finished with kLength, when the grammar allows no
+  // token here (sample() on the last stage then finished the same way without a token).
+  bool grammar_blocked();
   // Log-probabilities recorded since the previous call (GenerateOptions::logprobs ≥ 0).
   std::vector<TokenLogprob> take_logprobs();
 
@@ -101,6 +113,9 @@ class Generation {
 
  private:
   void end(FinishReason reason);
+  // `logits` masked by the grammar (themselves without one); empty, and finished, when the
+  // grammar allows no token.
+  std::span<const float> constrain(std::span<const float> logits);
 
   const Tokenizer& tokenizer_;
   const GenerateOptions options_;
@@ -114,6 +129,8 @@ class Generation {
   DraftPolicy draft_policy_;
   Timer pass_timer_;     // from propose() to the end of take(): one decode step
   bool timing_ = false;  // propose() started pass_timer_ for the step take() now ends
+  std::optional<grammar::GrammarMatcher> grammar_;
+  std::vector<float> masked_;
 };
 
 }  // namespace sluice

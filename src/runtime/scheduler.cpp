@@ -110,6 +110,7 @@ struct Pending {
   std::shared_ptr<HandleState> handle;
   CompletionRequest request;
   std::optional<Clock::time_point> deadline;
+  std::shared_ptr<const grammar::TokenGrammar> grammar;  // request.options.grammar, compiled
 };
 
 // One KV sequence. ctx[0, kv.length(id)) is evaluated; an active request's unevaluated tail is
@@ -253,7 +254,10 @@ struct Scheduler::Impl {
     s.options.draft = options.draft;  // the server's choice, not the client's
     s.drafts.clear();
     s.deadline = p.deadline;
-    s.gen.emplace(*engine.tokenizer, s.options, prompt, best);
+    // Stage 0 compiled the grammar when the request came; other stages compile it here.
+    std::shared_ptr<const grammar::TokenGrammar> grammar = p.grammar;
+    if (!grammar && !s.options.grammar.empty()) grammar = engine.grammars->get(s.options.grammar);
+    s.gen.emplace(*engine.tokenizer, s.options, prompt, best, std::move(grammar));
     s.prefill_seconds = 0;
     s.decoding = false;
     s.timer.reset();
@@ -746,6 +750,7 @@ SchedulerStats Scheduler::stats() const {
 Submission Scheduler::submit(CompletionRequest request) {
   Impl& m = *impl_;
   Submission out;
+  std::shared_ptr<const grammar::TokenGrammar> grammar;
   const int n_vocab = m.engine.model->hparams().n_vocab;
   if (m.follower)
     fail("only pipeline stage 0 takes requests; this is {}", m.link->describe(m.link->stage()));
@@ -764,7 +769,15 @@ Submission Scheduler::submit(CompletionRequest request) {
   } else if (request.options.max_tokens < 0) {
     out.status = SubmitStatus::kInvalid;
     out.message = fmt::format("max_tokens {} is negative", request.options.max_tokens);
-  } else {
+  } else if (!request.options.grammar.empty()) {
+    try {
+      grammar = m.engine.grammars->get(request.options.grammar);
+    } catch (const Error& e) {
+      out.status = SubmitStatus::kInvalid;
+      out.message = e.what();
+    }
+  }
+  if (out.status == SubmitStatus::kOk) {
     for (int32_t t : request.prompt)
       if (t < 0 || t >= n_vocab) {
         out.status = SubmitStatus::kInvalid;
@@ -789,6 +802,7 @@ Submission Scheduler::submit(CompletionRequest request) {
     }
     Pending p;
     p.handle = handle;
+    p.grammar = std::move(grammar);
     if (request.timeout_seconds > 0)
       p.deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                       std::chrono::duration<double>(request.timeout_seconds));

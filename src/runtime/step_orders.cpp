@@ -85,6 +85,7 @@ void put_options(Writer& w, const GenerateOptions& o) {
   w.put<uint32_t>(static_cast<uint32_t>(o.stop.size()));
   for (const std::string& stop : o.stop) w.put_string(stop);
   w.put<uint8_t>(o.stop_at_eog ? 1 : 0);
+  w.put_string(o.grammar);
 }
 
 GenerateOptions get_options(Reader& r) {
@@ -104,6 +105,7 @@ GenerateOptions get_options(Reader& r) {
   const uint32_t n_stop = r.get<uint32_t>();
   for (uint32_t i = 0; i < n_stop; ++i) o.stop.push_back(r.get_string());
   o.stop_at_eog = r.get<uint8_t>() != 0;
+  o.grammar = r.get_string();
   return o;
 }
 

@@ -10,6 +10,8 @@
 #include <random>
 #include <set>
 
+#include "structured.h"
+
 namespace sluice::server {
 
 namespace {
@@ -18,17 +20,6 @@ using json = nlohmann::json;
 
 // OpenAI allows 20 alternatives per token (chat) and 5 (completions); both get 20 here.
 constexpr int kMaxLogprobs = 20;
-
-[[noreturn]] void bad(const std::string& param, const std::string& message,
-                      const char* code = "invalid_value") {
-  throw ApiError(400, message, "invalid_request_error", param, code);
-}
-
-// A field that is present and not null, else nullptr.
-const json* field(const json& body, const char* name) {
-  auto it = body.find(name);
-  return it == body.end() || it->is_null() ? nullptr : &*it;
-}
 
 double number(const json& body, const char* name, double def, double lo, double hi) {
   const json* v = field(body, name);
@@ -311,7 +302,9 @@ const std::set<std::string>& known_fields(Api api) {
                                              "store",
                                              "logit_bias",
                                              "reasoning_effort",
-                                             "chat_template_kwargs"};
+                                             "chat_template_kwargs",
+                                             "grammar",
+                                             "json_schema"};
   static const std::set<std::string> completion = {"model",
                                                    "prompt",
                                                    "stream",
@@ -333,7 +326,10 @@ const std::set<std::string>& known_fields(Api api) {
                                                    "echo",
                                                    "suffix",
                                                    "user",
-                                                   "logit_bias"};
+                                                   "logit_bias",
+                                                   "response_format",
+                                                   "grammar",
+                                                   "json_schema"};
   static const std::set<std::string> messages = {
       "model", "messages", "system", "max_tokens",  "stop_sequences", "stream",  "temperature",
       "top_p", "top_k",    "tools",  "tool_choice", "thinking",       "metadata"};
@@ -345,19 +341,6 @@ void refuse_unimplemented(const json& body, Api api) {
   for (const auto& [key, value] : body.items())
     if (!value.is_null() && !known_fields(api).contains(key))
       bad(key, fmt::format("'{}' is not a supported request field", key), "unsupported_parameter");
-  if (const json* rf = field(body, "response_format")) {
-    if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
-      bad("response_format", "'response_format' must be an object with a string 'type'",
-          "invalid_type");
-    const std::string type = (*rf)["type"].get<std::string>();
-    if (type != "text")
-      bad("response_format",
-          fmt::format("'response_format' type '{}' is not supported: sluice does not constrain "
-                      "sampling to JSON "
-                      "(only {{\"type\":\"text\"}})",
-                      type),
-          "unsupported_parameter");
-  }
   if (const json* lb = field(body, "logit_bias"); lb && !(lb->is_object() && lb->empty()))
     bad("logit_bias", "'logit_bias' is not supported (only an empty object)",
         "unsupported_parameter");
@@ -376,23 +359,6 @@ void refuse_unimplemented(const json& body, Api api) {
     bad("user", "'user' must be a string", "invalid_type");
   if (const json* md = field(body, "metadata"); md && !md->is_object())
     bad("metadata", "'metadata' must be an object", "invalid_type");
-}
-
-// tool_choice: "auto" (default) and "none" (tools are neither offered nor parsed); forcing a
-// call would need constrained sampling.
-bool tools_allowed(const json& body, Api api) {
-  const json* tc = field(body, "tool_choice");
-  if (!tc) return true;
-  const std::string type = tc->is_string()   ? tc->get<std::string>()
-                           : tc->is_object() ? tc->value("type", "")
-                                             : "";
-  if (type == "auto") return true;
-  if (type == "none") return false;
-  bad("tool_choice",
-      fmt::format("'tool_choice' {} is not supported (only \"auto\" and \"none\"{}): sluice cannot "
-                  "force a call",
-                  tc->dump(), api == Api::kMessages ? " as {\"type\":…}" : ""),
-      "unsupported_parameter");
 }
 
 }  // namespace
@@ -436,18 +402,21 @@ ParsedRequest parse_request(Api api, const std::string& text, Engine& engine) {
   o.stop_at_eog = !boolean(body, "ignore_eos", false);  // llama.cpp extension
   const int kMaxInt = std::numeric_limits<int32_t>::max();
 
+  const OutputConstraint constraint = parse_output_constraint(body);
   if (api == Api::kCompletion) {
     o.stop = stops(body, "stop");
     o.max_tokens = static_cast<int>(integer(body, "max_tokens", 16, 0, kMaxInt));
     o.logprobs = static_cast<int>(integer(body, "logprobs", -1, 0, kMaxLogprobs));
     pr.request.prompt = completion_prompt(body, engine);
     pr.prompt_field = "prompt";
+    o.grammar = reply_grammar(engine, ToolChoice{}, constraint, ChatSyntax::kPlain, "", false, api);
     return pr;
   }
   json messages;
   json tools;
   ChatPromptOptions prompt_options;
-  const bool use_tools = tools_allowed(body, api);
+  const ToolChoice choice = parse_tool_choice(body, api);
+  pr.max_tool_calls = choice.parallel ? -1 : 1;
   if (api == Api::kChat) {
     o.stop = stops(body, "stop");
     const json* msgs = field(body, "messages");
@@ -457,7 +426,6 @@ ParsedRequest parse_request(Api api, const std::string& text, Engine& engine) {
     if (field(body, "max_completion_tokens"))
       o.max_tokens = static_cast<int>(integer(body, "max_completion_tokens", kMaxInt, 0, kMaxInt));
     if (const json* t = field(body, "tools")) tools = tool_list(*t, false);
-    if (!boolean(body, "parallel_tool_calls", true)) pr.max_tool_calls = 1;
     if (boolean(body, "logprobs", false))
       o.logprobs = static_cast<int>(integer(body, "top_logprobs", 0, 0, kMaxLogprobs));
     else if (field(body, "top_logprobs"))
@@ -502,7 +470,16 @@ ParsedRequest parse_request(Api api, const std::string& text, Engine& engine) {
     }
   }
   pr.prompt_field = "messages";
-  if (!use_tools) tools = json();
+  if (choice.forced() || constraint.any()) {
+    // The grammar covers the whole reply, so there is no room for a reasoning block: templates
+    // with a thinking switch get it off unless the client turned it on, which is refused.
+    if (prompt_options.enable_thinking.value_or(false))
+      bad(api == Api::kMessages ? "thinking" : "chat_template_kwargs.enable_thinking",
+          fmt::format("thinking cannot be combined with '{}': the constraint covers the whole reply",
+                      choice.forced() ? "tool_choice" : constraint.field));
+    prompt_options.enable_thinking = false;
+  }
+  if (choice.mode == ToolChoice::Mode::kNone) tools = json();
   // Without a chat template the prompt is plain "User:"/"Assistant:" text; stop before the model
   // writes the user's next turn itself.
   for (std::string& stop : chat_stop_strings(engine)) o.stop.push_back(std::move(stop));
@@ -522,6 +499,8 @@ ParsedRequest parse_request(Api api, const std::string& text, Engine& engine) {
   pr.output.starts_in_reasoning =
       end != std::string::npos &&
       std::string_view(rendered).substr(0, end + 1).ends_with("<think>");
+  o.grammar = reply_grammar(engine, choice, constraint, pr.syntax, tools.is_null() ? "" : to_text(tools),
+                            pr.output.starts_in_reasoning, api);
   return pr;
 }
 

@@ -29,9 +29,10 @@ TEST_F(ServeApi, UnimplementedFieldsAre400NamingThem) {
   ASSERT_GT(port(), 0);
   const std::string chat = R"("messages":[{"role":"user","content":"hi"}],"max_tokens":2)";
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {R"("response_format":{"type":"json_object"})", "response_format"},
-      {R"("response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{}}})",
-       "response_format"},
+      {R"("response_format":{"type":"xml"})", "response_format.type"},
+      {R"("response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"not":{}}}})",
+       "response_format.json_schema.schema"},
+      {R"("grammar":"root ::= x")", "grammar"},
       {R"("logit_bias":{"5":10})", "logit_bias"},
       {R"("tool_choice":"required","tools":[{"type":"function","function":{"name":"f"}}])",
        "tool_choice"},
@@ -59,10 +60,13 @@ TEST_F(ServeApi, UnimplementedFieldsAre400NamingThem) {
       R"({"max_tokens":2,"messages":[{"role":"user","content":"hi"}],"tool_choice":{"type":"any"}})");
   EXPECT_EQ(m.status, 400) << m.body;
   EXPECT_NE(m.body.find("tool_choice"), std::string::npos) << m.body;
-  // The defaults of those fields are accepted.
+  // The defaults of those fields are accepted, and so are constraints this model's vocabulary
+  // can write (the forced tool call above has no syntax without a chat template).
   for (const std::string extra :
        {R"("response_format":{"type":"text"})", R"("logit_bias":{})", R"("store":false)",
-        R"("tool_choice":"none")", R"("parallel_tool_calls":false)", R"("user":"u1")"}) {
+        R"("tool_choice":"none")", R"("parallel_tool_calls":false)", R"("user":"u1")",
+        R"("response_format":{"type":"json_object"})",
+        R"("response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{}}})"}) {
     const Http h = http(port(), "POST", "/v1/chat/completions", "{" + chat + "," + extra + "}");
     EXPECT_EQ(h.status, 200) << extra << ": " << h.body;
   }

@@ -135,9 +135,9 @@ await check("logprobs and unsupported fields through the client", async () => {
     assert.equal(t.top_logprobs.length, 2);
     assert.equal(t.top_logprobs[0].token, t.token);  // greedy
   }
-  await assert.rejects(chat("hi", { response_format: { type: "json_object" } }), (e) => {
+  await assert.rejects(chat("hi", { logit_bias: { 5: 10 } }), (e) => {
     assert.equal(e.status, 400);
-    assert.equal(e.param, "response_format");
+    assert.equal(e.param, "logit_bias");
     return true;
   });
   // A tool-call turn and its result are accepted in the shape the client builds.

@@ -30,6 +30,7 @@ StepOrders sample_orders() {
   a.request.options.sampling.seed = 0x123456789abcdefULL;
   a.request.options.stop = {"\n\n", "", "END"};
   a.request.options.stop_at_eog = false;
+  a.request.options.grammar = "root ::= [0-9]+ \"\\n\"\n";
   o.started.push_back(a);
   StepOrders::Start b;
   b.slot = 0;
@@ -63,6 +64,7 @@ TEST(StepOrders, EveryFieldSurvivesTheTrip) {
     EXPECT_EQ(q.seed, p.seed);
     EXPECT_EQ(y.options.stop, x.options.stop);
     EXPECT_EQ(y.options.stop_at_eog, x.options.stop_at_eog);
+    EXPECT_EQ(y.options.grammar, x.options.grammar);
   }
   StepOrders stop;
   stop.stop = true;
