@@ -10,12 +10,18 @@
 // repetition, so the MB/s and hit rate printed belong to that test alone. --replay-routing makes
 // the model route as a trace of another model says (learned routing at this model's expert
 // sizes); every output format then says so, since the tokens are no longer the model's.
+// --decode-text FILE adds `td N` tests: the file's first N tokens evaluated one row a step, as if
+// the model had written them (teacher-forced decode), so the expert reads are those of real text at
+// decode's one row per pass; --timeline FILE.csv writes each such step's reads for plots of how the
+// cache follows the text (a topic switch's miss burst).
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <string>
@@ -101,6 +107,8 @@ std::vector<int32_t> random_tokens(int n, int n_vocab, uint32_t seed) {
 struct TgSetup {
   std::vector<int32_t> prompt;
   DraftOptions draft;
+  std::vector<int32_t> text;  // --decode-text: the tokens td tests evaluate
+  FILE* timeline = nullptr;   // --timeline: one CSV row per td step
 };
 
 struct Timing {
@@ -135,6 +143,43 @@ Timing run_tg(Engine& engine, int n, uint32_t seed, const TgSetup& setup) {
   if (static_cast<int>(r.tokens.size()) != n)
     fail("tg{}: generated {} tokens instead of {}", n, r.tokens.size(), n);
   return {r.decode_seconds, r.n_drafted, r.n_accepted, r.n_steps, minus(engine.expert_stats(), before)};
+}
+
+// Teacher-forced decode: the text's first n tokens, one row per evaluate() (each call reuses the
+// session's context and evaluates the one new token). When the context is full a new session
+// starts at the next token, so a text longer than the context keeps being read; the expert cache is
+// the engine's and stays warm across the cut. Each step's expert-read delta goes to the timeline.
+constexpr uint32_t kFirstSeed = 100;  // repetition r runs with seed kFirstSeed + r
+
+Timing run_td(Engine& engine, int n, uint32_t seed, const TgSetup& setup) {
+  const int ctx = engine.info().n_ctx;
+  std::unique_ptr<Session> session;
+  std::vector<int32_t> context;
+  Timing out;
+  const ExpertStats start = engine.expert_stats();
+  ExpertStats before = start;
+  for (int i = 0; i < n; ++i) {
+    if (!session || static_cast<int>(context.size()) >= ctx) {
+      session = engine.new_session();
+      context.clear();
+    }
+    context.push_back(setup.text[static_cast<size_t>(i)]);
+    Timer t;
+    session->evaluate(context);
+    const double secs = t.seconds();
+    out.seconds += secs;
+    const ExpertStats now = engine.expert_stats();
+    if (setup.timeline) {
+      const ExpertStats d = minus(now, before);
+      fmt::print(setup.timeline, "td{},{},{},{},{:.6f},{},{},{},{},{:.6f},{},{}\n", n,
+                 seed - kFirstSeed, i, setup.text[static_cast<size_t>(i)], secs, d.requests, d.hits,
+                 d.misses, d.bytes_read, d.stall_seconds, d.prefetch_issued, d.prefetch_used);
+    }
+    before = now;
+  }
+  out.steps = n;
+  out.experts = minus(engine.expert_stats(), start);
+  return out;
 }
 
 // The table's t/s cell, "mean ± sd", padded as one string: formatted field by field its width
@@ -181,6 +226,15 @@ int cmd_bench(int argc, char** argv) {
   DraftFlags df;
   df.mode = "none";  // decode tests measure plain decoding unless drafting is asked for
   add_draft_flags(app, df);
+  std::string decode_text, timeline_path;
+  app.add_option(
+         "--decode-text", decode_text,
+         "decode tests read this text instead of generating: tdN evaluates its first N tokens one "
+         "per step (teacher-forced decode: real text's expert reads at one row a pass; a new "
+         "session when the context is full)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--timeline", timeline_path,
+                 "with --decode-text: write each td step's seconds and expert reads to this CSV");
   add_routing_trace_flag(app, mf);
   app.add_option("--replay-routing", mf.replay_routing,
                  "route as this routing trace says (ids mapped into the model's range, layers "
@@ -200,10 +254,16 @@ int cmd_bench(int argc, char** argv) {
   set_engine_draft(eo, df, setup.draft);
   int longest = 2;
   for (int n : pps) longest = std::max(longest, n + 1);
-  for (int n : tgs) longest = std::max(longest, n + 2);
+  // td tests start a new session when the context fills: any length fits.
+  if (decode_text.empty())
+    for (int n : tgs) longest = std::max(longest, n + 2);
   // With a prompt file its length is known only once the tokenizer is loaded: the context is then
   // the model's default (or -c) and checked below.
-  if (!defaults && mf.ctx == 0 && prompt_file.empty()) eo.n_ctx = longest;
+  if (!decode_text.empty() && !prompt_file.empty())
+    throw CLI::ValidationError("--decode-text", "reads a text, -f continues one with generated tokens: give one of them");
+  if (!timeline_path.empty() && decode_text.empty())
+    throw CLI::ValidationError("--timeline", "it records td tests; give --decode-text FILE");
+  if (!defaults && mf.ctx == 0 && prompt_file.empty() && decode_text.empty()) eo.n_ctx = longest;
   apply_pipeline(mf, eo);
   pipeline_output_from(0);
   auto engine = Engine::load(eo);
@@ -221,6 +281,12 @@ int cmd_bench(int argc, char** argv) {
     }
   } else if (longest > mi.n_ctx) {
     fail("the longest test needs {} positions; the context is {} (-c to enlarge it)", longest, mi.n_ctx);
+  }
+  if (!decode_text.empty()) {
+    setup.text = engine->tokenize(read_text(decode_text), true);
+    for (int n : tgs)
+      if (n > static_cast<int>(setup.text.size()))
+        fail("td{}: {} has {} tokens (-n at most that)", n, decode_text, setup.text.size());
   }
   if (!prompt_file.empty()) {
     setup.prompt = engine->tokenize(read_text(prompt_file), true);
@@ -243,7 +309,7 @@ int cmd_bench(int argc, char** argv) {
   auto measure = [&](const std::string& name, int n, auto&& fn) {
     TestResult tr{name, n, {}, 0, 0, 0, {}, 0};
     for (int r = 0; r < reps; ++r) {
-      const Timing tm = fn(*engine, n, static_cast<uint32_t>(100 + r), setup);
+      const Timing tm = fn(*engine, n, kFirstSeed + static_cast<uint32_t>(r), setup);
       const double secs = tm.seconds;
       tr.drafted += tm.drafted, tr.accepted += tm.accepted, tr.steps += tm.steps;
       tr.seconds += secs;
@@ -253,7 +319,22 @@ int cmd_bench(int argc, char** argv) {
     results.push_back(std::move(tr));
   };
   for (int n : pps) measure(fmt::format("pp{}", n), n, run_pp);
-  for (int n : tgs) measure(fmt::format("tg{}", n), n, run_tg);
+  std::unique_ptr<FILE, int (*)(FILE*)> timeline(nullptr, std::fclose);
+  if (!timeline_path.empty()) {
+    timeline.reset(std::fopen(timeline_path.c_str(), "w"));
+    if (!timeline) fail("--timeline: cannot write '{}'", timeline_path);
+    std::fputs(
+        "test,rep,step,token,seconds,requests,hits,misses,bytes_read,stall_s,prefetch_issued,"
+        "prefetch_used\n",
+        timeline.get());
+    setup.timeline = timeline.get();
+  }
+  for (int n : tgs) {
+    if (setup.text.empty())
+      measure(fmt::format("tg{}", n), n, run_tg);
+    else
+      measure(fmt::format("td{}", n), n, run_td);
+  }
 
   const std::string threads = mf.threads > 0 ? std::to_string(mf.threads) : "all";
   if (format == "csv") {

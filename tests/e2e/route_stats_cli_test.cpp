@@ -3,11 +3,14 @@
 // the optimum maximises all hits, and may give up some of one layer's), the uniform baseline
 // reuses its share (k/E) and the trained router reuses more; a trace written by `perplexity
 // --routing-trace` is read back by `route-stats --trace`; `bench --replay-routing` says that it
-// replays in every output format.
+// replays in every output format; `bench --decode-text` reads a text one token a step, past the
+// end of the context, and its timeline accounts for every expert request.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "../unit/test_util.h"
 
@@ -86,6 +89,63 @@ TEST(RouteStatsCli, TraceFromPerplexityAndReplayInBench) {
   r = cli("route-stats -m " + kModel);
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.out.find("-f FILE"), std::string::npos) << r.out;
+}
+
+// Teacher-forced decode: 300 tokens of the held-out text through a context of 128 (two new
+// sessions on the way), one row a step: each step asks for every layer's top-2 (6 × 2 requests),
+// in the text's order, the trace has a row per step, and the table's hit rate is the timeline's.
+TEST(RouteStatsCli, BenchDecodeTextReadsTheTextOneTokenAStep) {
+  const std::string dir = sluice::test::scratch_dir().string();
+  const std::string trace = dir + "/td.trace", timeline = dir + "/td.csv";
+  auto r = cli("bench -q -m " + kModel + " -c 128 -p 0 -n 300 -r 1 --no-warmup -o json --experts stream " +
+               "--ssd-streaming-cold --ssd-streaming-cache-experts 1MiB --decode-text " + kText +
+               " --timeline " + timeline + " --routing-trace " + trace);
+  ASSERT_EQ(r.status, 0) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(r.out.substr(r.out.find('[')));
+  ASSERT_EQ(j.size(), 1u) << r.out;
+  EXPECT_EQ(j[0]["test"], "td300");
+
+  auto ids = cli("tokenize -m " + kModel + " -f " + kText + " --ids");
+  ASSERT_EQ(ids.status, 0) << ids.out;
+  std::istringstream id_stream(ids.out);
+  std::vector<std::string> text_ids;
+  for (std::string id; id_stream >> id;) text_ids.push_back(id);
+  ASSERT_GE(text_ids.size(), 300u);
+
+  std::istringstream csv(sluice::test::read_file(timeline));
+  std::string line;
+  std::getline(csv, line);
+  EXPECT_EQ(line.rfind("test,rep,step,token,seconds,requests,hits,misses,bytes_read", 0), 0u) << line;
+  long requests = 0, hits = 0;
+  int step = 0;
+  while (std::getline(csv, line)) {
+    std::vector<std::string> f;
+    std::istringstream ls(line);
+    for (std::string cell; std::getline(ls, cell, ',');) f.push_back(cell);
+    ASSERT_EQ(f.size(), 12u) << line;
+    EXPECT_EQ(f[0], "td300");
+    EXPECT_EQ(std::stoi(f[2]), step) << line;
+    EXPECT_EQ(f[3], text_ids[static_cast<size_t>(step)]) << line;
+    EXPECT_EQ(std::stol(f[5]), 12) << line;
+    EXPECT_EQ(std::stol(f[6]) + std::stol(f[7]), std::stol(f[5])) << line;
+    requests += std::stol(f[5]);
+    hits += std::stol(f[6]);
+    ++step;
+  }
+  EXPECT_EQ(step, 300);
+  EXPECT_NEAR(j[0]["hit_rate"].get<double>(), 100.0 * hits / requests, 1e-3);
+  EXPECT_LT(j[0]["hit_rate"].get<double>(), 100.0);  // 1 MiB holds few of the experts
+
+  r = cli("route-stats --trace " + trace + " --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(last_json(r.out)["rows"].get<int>(), 300);
+
+  r = cli("bench -m " + kModel + " -p 0 -n 8 --timeline " + timeline);
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("--timeline: it records td tests; give --decode-text FILE"), std::string::npos) << r.out;
+  r = cli("bench -m " + kModel + " -p 0 -n 100000 --decode-text " + kText);
+  EXPECT_NE(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("td100000: " + kText + " has"), std::string::npos) << r.out;
 }
 
 }  // namespace
