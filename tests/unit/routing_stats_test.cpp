@@ -225,5 +225,25 @@ TEST(ReplayIds, MappedIntoTheTargetRangeDistinctAndStable) {
   }
 }
 
+// nextuse ranks rarely used experts by their history: X, used again more recently than Y, is kept
+// when D needs a slot, though both were used less often than the request's share of the experts
+// (1/16), the floor the policy once took as a maximum, which tied them and evicted the first slot
+// (X's).
+TEST(CacheSim, NextUseKeepsTheMoreRecentOfTwoRarelyUsedExperts) {
+  auto run = [](bool ask_x_again) {
+    CacheRequests reqs;
+    reqs.n_layer = 1;
+    reqs.n_expert = 16;
+    const int32_t x = 0, c = 1, y = 2, d = 3;
+    auto add = [&](int32_t e, int times) {
+      for (int i = 0; i < times; ++i) reqs.add(0, &e, 1);
+    };
+    add(x, 1), add(c, 1), add(y, 1), add(c, 5), add(x, 1), add(c, 40), add(d, 1);
+    if (ask_x_again) add(x, 1);
+    return simulate_cache(reqs, 3, EvictionPolicy::kNextUse).hits;
+  };
+  EXPECT_EQ(run(true), run(false) + 1);
+}
+
 }  // namespace
 }  // namespace sluice
