@@ -7,7 +7,9 @@
 // tokens per pass are printed too). A warm-up pass first touches the weights so the first
 // repetition does not pay page faults; with streamed experts it also fills the cache the way a
 // running server's would be. Expert statistics are taken as deltas around the timed part of each
-// repetition, so the MB/s and hit rate printed belong to that test alone. --replay-routing makes
+// repetition, so the MB/s and hit rate printed belong to that test alone. -d D1,D2 repeats every
+// test at each depth, as llama-bench's -d: D random tokens are evaluated first, outside the
+// measurement, and the test's rows attend to them ("pp512@d4096"). --replay-routing makes
 // the model route as a trace of another model says (learned routing at this model's expert
 // sizes); every output format then says so, since the tokens are no longer the model's.
 // --decode-text FILE adds `td N` tests: the file's first N tokens evaluated one row a step, as if
@@ -39,8 +41,9 @@ namespace sluice::cli {
 namespace {
 
 struct TestResult {
-  std::string name;  // "pp64", "tg32"
+  std::string name;  // "pp64", "tg32", "pp512@d4096"
   int n_tokens = 0;
+  int depth = 0;
   std::vector<double> tps;  // tokens/s per repetition
   int drafted = 0, accepted = 0, steps = 0;  // decode tests: speculative decoding, summed
   ExpertStats experts;      // summed over the repetitions
@@ -107,6 +110,7 @@ std::vector<int32_t> random_tokens(int n, int n_vocab, uint32_t seed) {
 struct TgSetup {
   std::vector<int32_t> prompt;
   DraftOptions draft;
+  int depth = 0;              // -d: tokens already in the context when a test starts
   std::vector<int32_t> text;  // --decode-text: the tokens td tests evaluate
   FILE* timeline = nullptr;   // --timeline: one CSV row per td step
 };
@@ -117,12 +121,18 @@ struct Timing {
   ExpertStats experts;  // read by the timed part only
 };
 
-Timing run_pp(Engine& engine, int n, uint32_t seed, const TgSetup&) {
+// The context a test starts from at depth d: d random tokens, evaluated outside the measurement.
+constexpr uint32_t kDepthSeed = 7919;
+
+Timing run_pp(Engine& engine, int n, uint32_t seed, const TgSetup& setup) {
   auto session = engine.new_session();
-  const auto tokens = random_tokens(n, engine.info().n_vocab, seed);
+  auto tokens = random_tokens(setup.depth, engine.info().n_vocab, kDepthSeed + seed);
+  if (setup.depth > 0) session->evaluate(tokens);
+  const auto prompt = random_tokens(n, engine.info().n_vocab, seed);
+  tokens.insert(tokens.end(), prompt.begin(), prompt.end());
   Timer t;
   const ExpertStats before = engine.expert_stats();
-  session->evaluate(tokens);
+  session->evaluate(tokens);  // the depth is reused from the cache: n rows are evaluated
   // In a pipeline the prompt is done when the last stage is: wait for its word.
   engine.share_token(0);
   return {t.seconds(), 0, 0, 0, minus(engine.expert_stats(), before)};
@@ -135,8 +145,11 @@ Timing run_tg(Engine& engine, int n, uint32_t seed, const TgSetup& setup) {
   go.sampling.temperature = 0;
   go.stop_at_eog = false;
   go.draft = setup.draft;
-  const auto prompt = setup.prompt.empty() ? random_tokens(1, engine.info().n_vocab, seed) : setup.prompt;
-  // A prompt file is evaluated first, outside the measurement (generate() then reuses it).
+  const auto prompt = setup.prompt.empty()
+                          ? random_tokens(setup.depth + 1, engine.info().n_vocab, kDepthSeed + seed)
+                          : setup.prompt;
+  // A prompt file or the depth is evaluated first, outside the measurement (generate() then reuses
+  // it).
   if (prompt.size() > 1) session->evaluate(prompt);
   const ExpertStats before = engine.expert_stats();
   GenerateResult r = session->generate(prompt, go, [](int32_t, std::string_view) { return true; });
@@ -220,6 +233,11 @@ int cmd_bench(int argc, char** argv) {
   app.add_option("-r,--repetitions", reps, "repetitions of each test")->check(CLI::Range(1, 1000))->capture_default_str();
   app.add_option("-o,--output", format, "table, csv or json")->check(CLI::IsMember({"table", "csv", "json"}))->capture_default_str();
   app.add_flag("--no-warmup", no_warmup, "skip the warm-up pass");
+  std::string depth_list = "0";
+  app.add_option("-d,--n-depth", depth_list,
+                 "context depths: each test runs after this many tokens already in the context (as "
+                 "llama-bench's -d), for each depth in the comma-separated list")
+      ->capture_default_str();
   std::string prompt_file;
   app.add_option("-f,--file", prompt_file, "decode tests: continue this text (default: one random token)")
       ->check(CLI::ExistingFile);
@@ -246,6 +264,18 @@ int cmd_bench(int argc, char** argv) {
   std::vector<int> pps = parse_list(pp_list, "--n-prompt");
   std::vector<int> tgs = parse_list(tg_list, "--n-gen");
   if (pps.empty() && tgs.empty()) fail("nothing to measure: give -p and/or -n with a count above 0");
+  // parse_list leaves zeros out (a count of 0 is "no test"); a depth of 0 is the empty context.
+  std::vector<int> depths = parse_list(depth_list, "--n-depth");
+  std::stringstream items(depth_list);
+  for (std::string item; std::getline(items, item, ',');)
+    if (!item.empty() && item.find_first_not_of('0') == std::string::npos) {
+      depths.insert(depths.begin(), 0);
+      break;
+    }
+  if (depths.empty()) throw CLI::ValidationError("--n-depth", "no depth given");
+  const int max_depth = *std::max_element(depths.begin(), depths.end());
+  if (max_depth > 0 && (!prompt_file.empty() || !decode_text.empty()))
+    throw CLI::ValidationError("--n-depth", "the depth is the context the tests start from; -f and --decode-text give one too");
 
   // Without -p/-n the default tests are shortened to fit the context (-c, default the model's);
   // tests given explicitly must fit it, or -c must make room (past the trained length: a warning).
@@ -253,10 +283,10 @@ int cmd_bench(int argc, char** argv) {
   EngineOptions eo = engine_options(mf);
   set_engine_draft(eo, df, setup.draft);
   int longest = 2;
-  for (int n : pps) longest = std::max(longest, n + 1);
+  for (int n : pps) longest = std::max(longest, max_depth + n + 1);
   // td tests start a new session when the context fills: any length fits.
   if (decode_text.empty())
-    for (int n : tgs) longest = std::max(longest, n + 2);
+    for (int n : tgs) longest = std::max(longest, max_depth + n + 2);
   // With a prompt file its length is known only once the tokenizer is loaded: the context is then
   // the model's default (or -c) and checked below.
   if (!decode_text.empty() && !prompt_file.empty())
@@ -270,7 +300,8 @@ int cmd_bench(int argc, char** argv) {
   const ModelInfo& mi = engine->info();
   if (defaults) {
     for (auto* list : {&pps, &tgs}) {
-      const int room = mi.n_ctx - (list == &pps ? 1 : 2);
+      const int room = mi.n_ctx - max_depth - (list == &pps ? 1 : 2);
+      if (room < 1) fail("depth {} leaves no room in the context of {} (-c to enlarge it)", max_depth, mi.n_ctx);
       for (int& n : *list)
         if (n > room) {
           SLUICE_LOG_WARN("bench: test of {} tokens shortened to {} to fit the context of {} (-c, -p, -n to choose)", n,
@@ -307,7 +338,7 @@ int cmd_bench(int argc, char** argv) {
 
   std::vector<TestResult> results;
   auto measure = [&](const std::string& name, int n, auto&& fn) {
-    TestResult tr{name, n, {}, 0, 0, 0, {}, 0};
+    TestResult tr{name, n, setup.depth, {}, 0, 0, 0, {}, 0};
     for (int r = 0; r < reps; ++r) {
       const Timing tm = fn(*engine, n, kFirstSeed + static_cast<uint32_t>(r), setup);
       const double secs = tm.seconds;
@@ -318,7 +349,10 @@ int cmd_bench(int argc, char** argv) {
     }
     results.push_back(std::move(tr));
   };
-  for (int n : pps) measure(fmt::format("pp{}", n), n, run_pp);
+  // Tests are named as llama-bench names them: "pp512", and "pp512@d4096" at a depth.
+  auto named = [&](const char* kind, int n) {
+    return setup.depth ? fmt::format("{}{}@d{}", kind, n, setup.depth) : fmt::format("{}{}", kind, n);
+  };
   std::unique_ptr<FILE, int (*)(FILE*)> timeline(nullptr, std::fclose);
   if (!timeline_path.empty()) {
     timeline.reset(std::fopen(timeline_path.c_str(), "w"));
@@ -329,22 +363,29 @@ int cmd_bench(int argc, char** argv) {
         timeline.get());
     setup.timeline = timeline.get();
   }
-  for (int n : tgs) {
-    if (setup.text.empty())
-      measure(fmt::format("tg{}", n), n, run_tg);
-    else
-      measure(fmt::format("td{}", n), n, run_td);
+  for (const int depth : depths) {
+    setup.depth = depth;
+    for (int n : pps) measure(named("pp", n), n, run_pp);
+    for (int n : tgs) {
+      if (setup.text.empty())
+        measure(named("tg", n), n, run_tg);
+      else
+        measure(named("td", n), n, run_td);
+    }
   }
 
   const std::string threads = mf.threads > 0 ? std::to_string(mf.threads) : "all";
+  size_t name_w = 6;  // the test column fits its longest name ("pp512@d16384")
+  for (const TestResult& r : results) name_w = std::max(name_w, r.name.size());
   if (format == "csv") {
     fmt::print("model,experts_mode,threads,test,n_tokens,reps,tps_mean,tps_stddev,hit_rate,mb_read_per_token,"
-               "read_mb_s,stall_s_per_token,prefetch_precision,draft_acceptance,tokens_per_step,replayed_routing\n");
+               "read_mb_s,stall_s_per_token,prefetch_precision,draft_acceptance,tokens_per_step,replayed_routing,"
+               "depth\n");
   } else if (format == "table") {
-    fmt::print("| {:<6} | {:>{}} | {:>8} | {:>9} | {:>10} | {:>8} | {:>11} | {:>8} | {:>8} |\n", "test", "t/s",
-               kTpsWidth, "hit %", "MB/token", "read MB/s", "stall/t", "prefetch %", "accept %", "tok/pass");
-    fmt::print("|{:-<8}|{:-<{}}|{:-<10}|{:-<11}|{:-<12}|{:-<10}|{:-<13}|{:-<10}|{:-<10}|\n", "", "", kTpsWidth + 2, "", "",
-               "", "", "", "", "");
+    fmt::print("| {:<{}} | {:>{}} | {:>8} | {:>9} | {:>10} | {:>8} | {:>11} | {:>8} | {:>8} |\n", "test", name_w,
+               "t/s", kTpsWidth, "hit %", "MB/token", "read MB/s", "stall/t", "prefetch %", "accept %", "tok/pass");
+    fmt::print("|{:-<{}}|{:-<{}}|{:-<10}|{:-<11}|{:-<12}|{:-<10}|{:-<13}|{:-<10}|{:-<10}|\n", "", name_w + 2, "",
+               kTpsWidth + 2, "", "", "", "", "", "", "");
   } else {
     fmt::print("[");
   }
@@ -361,20 +402,20 @@ int cmd_bench(int argc, char** argv) {
     const double accept = r.drafted ? 100.0 * r.accepted / r.drafted : 0.0;
     const double per_pass = r.steps ? tokens / r.steps : 0.0;
     if (format == "csv") {
-      fmt::print("{},{},{},{},{},{},{:.3f},{:.3f},{:.2f},{:.3f},{:.1f},{:.4f},{:.2f},{:.2f},{:.3f},{}\n", mf.model,
+      fmt::print("{},{},{},{},{},{},{:.3f},{:.3f},{:.2f},{:.3f},{:.1f},{:.4f},{:.2f},{:.2f},{:.3f},{},{}\n", mf.model,
                  mi.experts_mode, threads, r.name, r.n_tokens, reps, mean(r.tps), stddev(r.tps), hit, mb_tok, mbs, stall,
-                 prec, accept, per_pass, mf.replay_routing);
+                 prec, accept, per_pass, mf.replay_routing, r.depth);
     } else if (format == "table") {
-      fmt::print("| {:<6} | {} | {:>8.1f} | {:>9.2f} | {:>10.1f} | {:>8.4f} | {:>11.1f} | {:>8.1f} | {:>8.2f} |\n",
-                 r.name, tps_cell(mean(r.tps), stddev(r.tps)), hit, mb_tok, mbs, stall, prec, accept,
+      fmt::print("| {:<{}} | {} | {:>8.1f} | {:>9.2f} | {:>10.1f} | {:>8.4f} | {:>11.1f} | {:>8.1f} | {:>8.2f} |\n",
+                 r.name, name_w, tps_cell(mean(r.tps), stddev(r.tps)), hit, mb_tok, mbs, stall, prec, accept,
                  per_pass);
     } else {
       fmt::print("{}{{\"test\":\"{}\",\"n_tokens\":{},\"experts_mode\":\"{}\",\"tps_mean\":{:.4f},\"tps_stddev\":{:.4f},"
                  "\"hit_rate\":{:.3f},\"mb_read_per_token\":{:.4f},\"read_mb_s\":{:.2f},\"stall_s_per_token\":{:.5f},"
                  "\"prefetch_precision\":{:.3f},\"draft_acceptance\":{:.2f},\"tokens_per_step\":{:.3f},"
-                 "\"replayed_routing\":{}}}",
+                 "\"replayed_routing\":{},\"depth\":{}}}",
                  i ? "," : "", r.name, r.n_tokens, mi.experts_mode, mean(r.tps), stddev(r.tps), hit, mb_tok, mbs,
-                 stall, prec, accept, per_pass, nlohmann::json(mf.replay_routing).dump());
+                 stall, prec, accept, per_pass, nlohmann::json(mf.replay_routing).dump(), r.depth);
     }
   }
   if (format == "json") fmt::print("]\n");

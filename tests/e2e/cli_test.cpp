@@ -254,6 +254,40 @@ TEST(Cli, BenchTableLinesUp) {
   for (const std::string& row : rows) EXPECT_EQ(bar_columns(row), bar_columns(rows[0])) << row << "\n" << r.out;
 }
 
+// -d: every test again at each depth, named as llama-bench names them, the depth in every format;
+// the table's columns still line up with the longer names; a depth the context cannot hold is an
+// error before anything runs.
+TEST(Cli, BenchRunsEachTestAtEachDepth) {
+  Result r = run("bench -m " + kModel + " -p 16 -n 4 -d 0,48 -r 1 -o json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out.substr(r.out.find('[')));
+  ASSERT_EQ(j.size(), 4u) << r.out;
+  const char* names[] = {"pp16", "tg4", "pp16@d48", "tg4@d48"};
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(j[i]["test"], names[i]) << r.out;
+    EXPECT_EQ(j[i]["depth"].get<int>(), i < 2 ? 0 : 48) << r.out;
+    EXPECT_GT(j[i]["tps_mean"].get<double>(), 0.0) << r.out;
+  }
+  r = run("bench -m " + kModel + " -p 16 -n 4 -d 48 -r 1 -o table");
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::vector<std::string> rows;
+  size_t at = 0;
+  while (at < r.out.size()) {
+    const size_t eol = r.out.find('\n', at);
+    const std::string line = r.out.substr(at, eol == std::string::npos ? std::string::npos : eol - at);
+    if (line.rfind("|", 0) == 0) rows.push_back(line);
+    at = eol == std::string::npos ? r.out.size() : eol + 1;
+  }
+  ASSERT_EQ(rows.size(), 4u) << r.out;  // header, rule, pp16@d48, tg4@d48: -d 48 alone runs no depth 0
+  for (const std::string& row : rows) EXPECT_EQ(bar_columns(row), bar_columns(rows[0])) << row << "\n" << r.out;
+  r = run("bench -m " + kModel + " -d 1000 -c 128");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("depth 1000 leaves no room in the context of 128"), std::string::npos) << r.out;
+  r = run("bench -m " + kModel + " -d 64 -f " + kSource + "/tests/data/heldout-kjv.txt");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("--n-depth"), std::string::npos) << r.out;
+}
+
 // --stats: sizes in one unit (MiB, as the other lines), and the read bytes and prefetch figures
 // say what they count.
 TEST(Cli, StatsSayWhatTheyCount) {
