@@ -10,6 +10,9 @@
 
 namespace sluice::cli {
 
+// The most prompt tokens a forward pass takes (runtime/prefill_chunk.h): -b/-ub are capped to it.
+constexpr int kMaxPrefillChunk = 512;
+
 struct ModelFlags {
   std::string model;
   int threads = 0;
@@ -25,6 +28,14 @@ struct ModelFlags {
   double stage_timeout = 60;   // --stage-timeout seconds
   std::string routing_trace;   // --routing-trace FILE (run, bench, perplexity)
   std::string replay_routing;  // --replay-routing FILE (bench)
+  // llama.cpp's flags: mapped where they mean something here, else accepted with one warning.
+  std::string gpu_layers;       // -ngl: no GPU backend
+  std::string flash_attn;       // -fa on|off|auto: attention is always the CPU kernel
+  std::string override_tensor;  // -ot: every tensor is in host memory already
+  bool no_mmap = false;         // --no-mmap: experts read into RAM (--experts ram)
+  bool mlock = false;           // --mlock: lock the expert cache (the default; --no-mlock contradicts)
+  int batch = 0, ubatch = 0;    // -b, -ub: the prefill chunk
+  int threads_batch = 0;        // -tb: one pool serves prefill and decode
 };
 
 // Adds the model (defaulting to the shipped model), -t, -c, --experts and the streaming flags
@@ -56,6 +67,7 @@ DraftOptions draft_options(const DraftFlags& d);
 // off, or when `drafts` is false) and the separate MTP file.
 void set_engine_draft(EngineOptions& eo, const DraftFlags& d, const DraftOptions& o,
                       bool drafts = true);
+// The engine's options from the flags; says once on stderr which llama.cpp flags do nothing here.
 EngineOptions engine_options(const ModelFlags& f);
 // --grammar TEXT, --grammar-file FILE, --json-schema TEXT|@FILE (run, chat): what the output must
 // match. grammar_from_flags gives the GBNF ("" for none), checked without a model;
