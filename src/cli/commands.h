@@ -37,5 +37,8 @@ void block_serve_signals();
 int cmd_render_template(int argc, char** argv);
 int cmd_pack_gguf(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
+int cmd_pull(int argc, char** argv);
+int cmd_list(int argc, char** argv);
+int cmd_rm(int argc, char** argv);
 
 }  // namespace sluice::cli

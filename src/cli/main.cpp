@@ -40,6 +40,9 @@ constexpr Command kCommands[] = {
     {"render-template", "render a Jinja chat template with a JSON context", sluice::cli::cmd_render_template},
     {"pack-gguf", "write a GGUF from a JSON manifest of metadata and raw tensors", sluice::cli::cmd_pack_gguf},
     {"bench", "measure prefill and decode tokens/s (llama-bench style)", sluice::cli::cmd_bench},
+    {"pull", "download ORG/NAME[:QUANT] from the Hugging Face hub into its cache", sluice::cli::cmd_pull},
+    {"list", "the cached hub models: size, quant and RAM verdict", sluice::cli::cmd_list},
+    {"rm", "delete a cached hub model (a repository or one quant)", sluice::cli::cmd_rm},
 };
 
 // A forward pass allocates its activations per layer (a 512-token prefill chunk: several 4 MiB

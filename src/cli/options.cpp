@@ -1,6 +1,8 @@
 // Shared model and sampling flags.
 #include "cli/options.h"
 
+#include "cli/hub_model.h"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -60,13 +62,22 @@ void add_quiet_flag(CLI::App& app) {
       "no progress bars or informational lines (warnings and errors still print)");
 }
 
-void add_model_option(CLI::App& app, std::string& path) {
+void add_model_option(CLI::App& app, std::string& path, bool urls) {
   path = default_model_path();
+  // inspect also reads a header over HTTP (hub/remote_source.h).
+  const CLI::Validator exists = urls ? CLI::Validator(
+                                           [](const std::string& s) {
+                                             return s.starts_with("http://") || s.starts_with("https://")
+                                                        ? std::string()
+                                                        : CLI::ExistingFile(s);
+                                           },
+                                           "FILE|URL")
+                                     : CLI::Validator(CLI::ExistingFile);
   auto* flag = app.add_option("-m,--model", path, "GGUF model (first part of a split model)")
-                   ->check(CLI::ExistingFile)
+                   ->check(exists)
                    ->capture_default_str();
   auto* positional = app.add_option("MODEL", path, "the model as the first argument (instead of -m)")
-                         ->check(CLI::ExistingFile)
+                         ->check(exists)
                          ->excludes(flag);
   flag->excludes(positional);
 }
@@ -119,6 +130,11 @@ std::vector<std::string> ignored_llama_flags(const ModelFlags& f) {
 void add_model_flags(CLI::App& app, ModelFlags& f) {
   add_quiet_flag(app);
   add_model_option(app, f.model);
+  add_hub_flags(app, f.hub);
+  // After every flag is parsed and checked (-q included), so a bad flag never costs a download.
+  app.final_callback([&f] {
+    if (!f.hub.repo.empty()) f.model = hub_model_path(f.hub);
+  });
   app.add_option("-t,--threads", f.threads, "worker threads (0: one per physical core available to the process)")->check(CLI::Range(0, 1024));
   app.add_option("-c,--ctx,--ctx-size", f.ctx, "context size in tokens (0: the model's trained context, at most 4096; larger: allowed with a warning)")
       ->check(CLI::Range(0, 1 << 24))->capture_default_str();
