@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "core/atomic_file.h"
 #include "core/error.h"
@@ -56,6 +57,39 @@ std::string strip_etag(std::string e) {
   e.erase(std::remove(e.begin(), e.end(), '"'), e.end());
   return e;
 }
+
+// The file's sha256, computed in order as its bytes land (from the page cache, while the
+// connections still run), so verifying costs no second pass over the file at the end.
+class InOrderHash {
+ public:
+  explicit InOrderHash(int fd) : fd_(fd), ctx_(EVP_MD_CTX_new(), EVP_MD_CTX_free), buf_(4 << 20) {
+    EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr);
+  }
+  // Hashes [hashed, end): bytes the caller knows are on disk.
+  void advance_to(uint64_t end) {
+    while (hashed_ < end) {
+      const ssize_t n = pread(fd_, buf_.data(), static_cast<size_t>(std::min<uint64_t>(buf_.size(), end - hashed_)),
+                              static_cast<off_t>(hashed_));
+      if (n <= 0) fail("cannot read back the download: {}", n < 0 ? std::strerror(errno) : "end of file");
+      EVP_DigestUpdate(ctx_.get(), buf_.data(), static_cast<size_t>(n));
+      hashed_ += static_cast<uint64_t>(n);
+    }
+  }
+  std::string hex() {
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int n = 0;
+    EVP_DigestFinal_ex(ctx_.get(), md, &n);
+    std::string out;
+    for (unsigned int i = 0; i < n; ++i) out += fmt::format("{:02x}", md[i]);
+    return out;
+  }
+
+ private:
+  int fd_;
+  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx_;
+  std::vector<char> buf_;
+  uint64_t hashed_ = 0;
+};
 
 fs::path incomplete(const fs::path& blob) { return blob.string() + ".incomplete"; }
 // The ranges still missing from an interrupted download: "begin done end" lines.
@@ -137,7 +171,7 @@ uint64_t download(const Wanted& w, const std::string& token, int connections) {
   const fs::path part = incomplete(w.blob);
   uint64_t have = 0;
   const auto missing = missing_ranges(w.blob, w.size, &have);
-  const int fd = ::open(part.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  const int fd = ::open(part.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) fail("cannot write {}: {}", part.string(), std::strerror(errno));
   if (ftruncate(fd, static_cast<off_t>(w.size)) != 0) {
     close(fd);
@@ -174,6 +208,15 @@ uint64_t download(const Wanted& w, const std::string& token, int connections) {
       }
       --running;
     });
+  // Bytes outside the segments were on disk already; below the lowest unfinished segment's
+  // `done` everything is there.
+  InOrderHash hash(fd);
+  const auto frontier = [&] {
+    uint64_t f = w.size;
+    for (const auto& s : segs)
+      if (const uint64_t d = s->done; d < s->end) f = std::min(f, d);
+    return f;
+  };
   {
     Progress progress(fmt::format("downloading {}", w.file.path), w.size, "B");
     auto last_save = std::chrono::steady_clock::now();
@@ -182,6 +225,15 @@ uint64_t download(const Wanted& w, const std::string& token, int connections) {
       uint64_t done = have;
       for (const auto& s : segs) done += s->done - s->begin;
       progress.update(done);
+      if (!stop) {
+        try {
+          hash.advance_to(frontier());
+        } catch (...) {
+          std::lock_guard lock(error_mu);
+          if (!error) error = std::current_exception();
+          stop = true;
+        }
+      }
       if (std::chrono::steady_clock::now() - last_save > std::chrono::seconds(1)) {
         save_ranges(w.blob, segs);
         last_save = std::chrono::steady_clock::now();
@@ -191,6 +243,11 @@ uint64_t download(const Wanted& w, const std::string& token, int connections) {
   for (auto& t : workers) t.join();
   uint64_t fetched = 0;
   for (const auto& s : segs) fetched += s->done - s->begin;
+  std::string got;
+  if (!error) {
+    hash.advance_to(w.size);
+    got = hash.hex();
+  }
   const bool synced = fsync(fd) == 0;
   close(fd);
   if (error) {
@@ -205,7 +262,6 @@ uint64_t download(const Wanted& w, const std::string& token, int connections) {
   if (!synced) fail("cannot flush {}: {}", part.string(), std::strerror(errno));
   std::error_code ec;
   fs::remove(ranges_file(w.blob), ec);
-  const std::string got = sha256_file(part);
   if (got != w.sha256) {
     fs::remove(part, ec);
     fail("{}: sha256 {} differs from the hub's {} (its LFS id): the download was removed", w.file.path, got, w.sha256);
