@@ -280,8 +280,11 @@ TEST_F(Hub, AnInterruptedDownloadResumesFromWhatIsOnDisk) {
     in.read(half.data(), static_cast<std::streamsize>(half.size()));
     std::ofstream(c / "models--org--tiny/blobs" / (sha + ".incomplete"), std::ios::binary).write(half.data(), static_cast<std::streamsize>(half.size()));
   }
-  const Result r = sh(env(s, c) + kSluice + " pull org/tiny:Q4_K_M");
+  // The progress line (drawn at once here) gives sizes, the rate and, while running, the time left.
+  const Result r = sh(env(s, c) + "SLUICE_PROGRESS_DELAY=0 " + kSluice + " pull org/tiny:Q4_K_M");
   ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("downloading tiny-Q4_K_M.gguf: done, 5.89 MiB/5.89 MiB, "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("/s in "), std::string::npos) << r.out;
   EXPECT_EQ(s.served(), size - size / 2);
   EXPECT_TRUE(fs::is_regular_file(c / "models--org--tiny/blobs" / sha));
   EXPECT_FALSE(fs::exists(c / "models--org--tiny/blobs" / (sha + ".incomplete")));
