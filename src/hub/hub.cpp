@@ -58,6 +58,15 @@ std::vector<RepoFile> with_parts(const std::vector<RepoFile>& files, const RepoF
   return out;
 }
 
+// The URL of `Link: <URL>; rel="next"`, else "".
+std::string next_page(const std::string& link) {
+  static const std::regex next(R"re(<([^>]+)>\s*;\s*rel="?next"?)re");
+  std::smatch m;
+  return std::regex_search(link, m, next) ? m[1].str() : std::string();
+}
+
+void append_listing(const std::string& url, const std::string& body, std::vector<RepoFile>& out);
+
 }  // namespace
 
 HubConfig HubConfig::from_env() {
@@ -97,13 +106,25 @@ std::string resolve_url(const HubConfig& cfg, const std::string& repo, const std
 
 std::vector<RepoFile> list_files(HttpClient& client, const HubConfig& cfg, const std::string& repo,
                                  const std::string& revision) {
-  HttpRequest req;
-  req.url = fmt::format("{}/api/models/{}/tree/{}?recursive=true", cfg.endpoint, repo, revision);
-  const HttpResponse resp = client.send(req);
-  if (resp.status != 200) fail_status(req.url, resp.status);
   std::vector<RepoFile> out;
+  // The hub pages long listings: each page names the next in `Link: <URL>; rel="next"`.
+  for (std::string url = fmt::format("{}/api/models/{}/tree/{}?recursive=true", cfg.endpoint, repo, revision);
+       !url.empty();) {
+    HttpRequest req;
+    req.url = url;
+    const HttpResponse resp = client.send(req);
+    if (resp.status != 200) fail_status(req.url, resp.status);
+    url = next_page(resp.header("link"));
+    append_listing(req.url, resp.body, out);
+  }
+  return out;
+}
+
+namespace {
+
+void append_listing(const std::string& url, const std::string& body, std::vector<RepoFile>& out) {
   try {
-    for (const auto& e : nlohmann::json::parse(resp.body)) {
+    for (const auto& e : nlohmann::json::parse(body)) {
       if (e.value("type", "") != "file") continue;
       RepoFile f;
       f.path = e.at("path").get<std::string>();
@@ -115,10 +136,11 @@ std::vector<RepoFile> list_files(HttpClient& client, const HubConfig& cfg, const
       out.push_back(std::move(f));
     }
   } catch (const nlohmann::json::exception& e) {
-    fail("{}: the file listing is not the hub's JSON: {}", req.url, e.what());
+    fail("{}: the file listing is not the hub's JSON: {}", url, e.what());
   }
-  return out;
 }
+
+}  // namespace
 
 std::string quant_of(const std::string& path) {
   static const std::regex tag(R"(^(I?Q[1-8](_[A-Z0-9]+)*|T?Q[12]_0|F16|BF16|F32|MXFP4(_MOE)?)$)");

@@ -9,7 +9,8 @@ Routes, shaped as the hub answers them:
   GET  /_stats                         body bytes served from /cdn and the request count per route
 Options: --token T (401 on /api and /resolve without "Authorization: Bearer T"), --cut SUBSTR
 (the first GET of a matching file sends half its body and drops the connection), --bad-etag
-SUBSTR (matching files are announced with a wrong sha256). Prints the port on stdout.
+SUBSTR (matching files are announced with a wrong sha256), --page N (listings in pages of N with
+a Link header to the next). Prints the port on stdout.
 """
 import argparse
 import hashlib
@@ -29,6 +30,7 @@ class Hub:
         self.token = args.token
         self.cut = args.cut
         self.bad_etag = args.bad_etag
+        self.page = args.page
         self.lock = threading.Lock()
         self.shas = {}
         self.cut_done = set()
@@ -112,7 +114,16 @@ class Handler(BaseHTTPRequestHandler):
                     size = os.path.getsize(full)
                     out.append({"type": "file", "oid": "0" * 40, "size": size, "path": rel,
                                 "lfs": {"oid": self.hub.sha(full), "size": size, "pointerSize": 134}})
-            return self.send_body(200, json.dumps(out))
+            # Pages of --page entries, the next one named in a Link header (as the hub does).
+            extra = {}
+            if self.hub.page:
+                query = self.path.split("?", 1)[1] if "?" in self.path else ""
+                cursor = int(dict(p.split("=", 1) for p in query.split("&") if "=" in p).get("cursor", "0"))
+                if cursor + self.hub.page < len(out):
+                    extra["Link"] = '<%s/api/models/%s/%s/tree/%s?recursive=true&cursor=%d>; rel="next"' % (
+                        "http://" + self.headers["Host"], parts[2], parts[3], parts[5], cursor + self.hub.page)
+                out = out[cursor:cursor + self.hub.page]
+            return self.send_body(200, json.dumps(out), extra=extra)
         if len(parts) >= 5 and parts[2] == "resolve":
             self.hub.count("resolve")
             if not self.authorized():
@@ -187,6 +198,7 @@ def main():
     ap.add_argument("--token", default="")
     ap.add_argument("--cut", default="")
     ap.add_argument("--bad-etag", default="")
+    ap.add_argument("--page", type=int, default=0)
     args = ap.parse_args()
     Handler.hub = Hub(args)
     socketserver.TCPServer.allow_reuse_address = True
