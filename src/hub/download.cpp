@@ -220,11 +220,14 @@ uint64_t download(const Wanted& w, const std::string& token, int connections) {
   {
     Progress progress(fmt::format("downloading {}", w.file.path), w.size, "B");
     auto last_save = std::chrono::steady_clock::now();
+    const auto done = [&] {
+      uint64_t d = have;
+      for (const auto& s : segs) d += s->done - s->begin;
+      return d;
+    };
     while (running > 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      uint64_t done = have;
-      for (const auto& s : segs) done += s->done - s->begin;
-      progress.update(done);
+      progress.update(done());
       if (!stop) {
         try {
           hash.advance_to(frontier());
@@ -239,6 +242,7 @@ uint64_t download(const Wanted& w, const std::string& token, int connections) {
         last_save = std::chrono::steady_clock::now();
       }
     }
+    progress.update(done());  // a download shorter than one poll still reports its rate
   }
   for (auto& t : workers) t.join();
   uint64_t fetched = 0;
