@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -288,6 +289,31 @@ TEST_F(Hub, AnInterruptedDownloadResumesFromWhatIsOnDisk) {
   EXPECT_EQ(s.served(), size - size / 2);
   EXPECT_TRUE(fs::is_regular_file(c / "models--org--tiny/blobs" / sha));
   EXPECT_FALSE(fs::exists(c / "models--org--tiny/blobs" / (sha + ".incomplete")));
+}
+
+TEST_F(Hub, AnInterruptedParallelDownloadFetchesOnlyTheRangesItLacks) {
+  HubServer s(root());
+  const fs::path c = cache("ranges");
+  const fs::path src = root() / "org/tiny/tiny-Q4_K_M.gguf";
+  const std::string sha = sluice::hub::sha256_file(src);
+  const uint64_t size = fs::file_size(src), a = size / 4, b = size / 2;
+  // What connections stopped mid-way leave: the whole-size file with a hole at [a, b) and the
+  // ranges beside it ("begin done end": the first range got to a, the second finished).
+  const fs::path blobs = c / "models--org--tiny/blobs";
+  fs::create_directories(blobs);
+  {
+    std::ifstream in(src, std::ios::binary);
+    std::vector<char> bytes(size);
+    in.read(bytes.data(), static_cast<std::streamsize>(size));
+    std::fill(bytes.begin() + static_cast<std::ptrdiff_t>(a), bytes.begin() + static_cast<std::ptrdiff_t>(b), 0);
+    std::ofstream(blobs / (sha + ".incomplete"), std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(size));
+    std::ofstream(blobs / (sha + ".incomplete.ranges")) << 0 << ' ' << a << ' ' << b << '\n' << b << ' ' << size << ' ' << size << '\n';
+  }
+  const Result r = sh(env(s, c) + kSluice + " pull org/tiny:Q4_K_M");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(s.served(), b - a);
+  EXPECT_EQ(sluice::hub::sha256_file(blobs / sha), sha);
+  EXPECT_FALSE(fs::exists(blobs / (sha + ".incomplete.ranges")));
 }
 
 TEST_F(Hub, ABadChecksumAMissingTokenAndAFullDiskFail) {
