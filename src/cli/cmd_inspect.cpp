@@ -13,6 +13,7 @@
 #include <cmath>
 
 #include "cli/commands.h"
+#include "cli/hub_model.h"
 #include "cli/options.h"
 #include "cli/pipeline.h"
 #include "core/meminfo.h"
@@ -283,7 +284,9 @@ int cmd_inspect(int argc, char** argv) {
   SizingOptions opts;
   int64_t ctx = 0;
   bool json = false, metadata = false, measure_disk = false;
-  add_model_option(app, path);
+  add_model_option(app, path, true);
+  HubFlags hub_flags;
+  add_hub_flags(app, hub_flags);
   app.add_option("--ram", ram_text, "RAM to plan for, e.g. 32GB or 24GiB (default: memory available now)")->check(byte_size());
   app.add_option("-c,--ctx,--ctx-size", ctx,
                  "context length for the KV-cache estimate (default: the model's, at most 4096)")
@@ -310,7 +313,9 @@ int cmd_inspect(int argc, char** argv) {
   opts.kv = engine_kv_config(*parse_kv_type(type_k), *parse_kv_type(type_v));
   if (!disk_rate_text.empty() && measure_disk) fail("--disk-rate and --measure-disk exclude each other");
   if (!disk_rate_text.empty()) opts.disk_bytes_per_second = static_cast<double>(parse_byte_size(disk_rate_text, "--disk-rate"));
-  auto file = gguf::File::open(path);
+  InspectedModel inspected = open_inspected(path, hub_flags);
+  const std::unique_ptr<gguf::File>& file = inspected.file;
+  if (measure_disk && inspected.remote) fail("--measure-disk probes a local file; give --disk-rate for a remote one");
   if (measure_disk) {
     const MemoryFacts facts = memory_facts(*file, opts.kv, opts.ctx.value_or(1));
     const DiskProbe probe = probe_disk(file->part_path(0), 2.0, facts.expert_bytes ? facts.expert_bytes : (1u << 20));
@@ -324,10 +329,17 @@ int cmd_inspect(int argc, char** argv) {
     return 0;
   }
   if (json) {
-    fmt::print("{}\n", to_json(*file, report, metadata).dump(2, ' ', false, Json::error_handler_t::replace));
+    Json j = to_json(*file, report, metadata);
+    if (inspected.remote)
+      j["fetched"] = {{"bytes", inspected.fetched->bytes}, {"requests", inspected.fetched->requests}};
+    fmt::print("{}\n", j.dump(2, ' ', false, Json::error_handler_t::replace));
   } else {
     print_human(*file, report, metadata);
     print_plan(report, opts.disk_bytes_per_second);
+    if (inspected.remote)
+      fmt::print("fetched {} ({} B, {:.3f} % of the file) in {} range request(s)\n", format_bytes(inspected.fetched->bytes),
+                 inspected.fetched->bytes, 100.0 * static_cast<double>(inspected.fetched->bytes) / static_cast<double>(file->total_size()),
+                 inspected.fetched->requests);
   }
   return 0;
 }

@@ -13,6 +13,7 @@
 
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "runtime/prefill_chunk.h"
 #include "cli/pipeline.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -85,6 +86,9 @@ int cmd_serve(int argc, char** argv) {
   block_serve_signals();
 
   EngineOptions eo = engine_options(mf);
+  // llama-server's -ub/-b size the scheduler's prompt steps, unless --prefill-chunk says otherwise.
+  if ((mf.ubatch > 0 || mf.batch > 0) && app.count("--prefill-chunk") == 0)
+    so.scheduler.prefill_chunk = session_prefill_chunk();
   eo.kv_slots = so.scheduler.n_parallel;  // the memory plan counts every slot's KV cache
   // and the server's own threads, on the stage that serves HTTP
   eo.overhead_bytes = pipeline_rank() == 0 ? server::memory_overhead(so) : 0;

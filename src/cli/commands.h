@@ -5,12 +5,16 @@
 
 #include <CLI/CLI.hpp>
 
-// Parses argv into `app`. --help prints and returns 0 from the calling command; a flag error
+#include "cli/flag_spellings.h"
+
+// Parses argv into `app` after rewriting llama.cpp's spellings and refusing unknown flags
+// (cli/flag_spellings.h). --help prints and returns 0 from the calling command; a flag error
 // (naming the flag) propagates to main(), which prints it as "sluice CMD: ..." and exits 2.
-#define SLUICE_PARSE(app, argc, argv)       \
-  try {                                     \
-    (app).parse((argc), (argv));            \
-  } catch (const CLI::ParseError& e) {      \
+#define SLUICE_PARSE(app, argc, argv)                                              \
+  try {                                                                            \
+    ::sluice::cli::CommandLine sluice_line_((app), (argc), (argv));                \
+    (app).parse(sluice_line_.argc(), sluice_line_.argv());                         \
+  } catch (const CLI::ParseError& e) {                                             \
     if (e.get_exit_code() != 0) throw;      \
     return (app).exit(e);                   \
   }
@@ -33,5 +37,8 @@ void block_serve_signals();
 int cmd_render_template(int argc, char** argv);
 int cmd_pack_gguf(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
+int cmd_pull(int argc, char** argv);
+int cmd_list(int argc, char** argv);
+int cmd_rm(int argc, char** argv);
 
 }  // namespace sluice::cli

@@ -1,5 +1,5 @@
 // `sluice` entry point: subcommand dispatch, --help / help [COMMAND] (on stdout), --version,
-// llama.cpp flag spellings and top-level error reporting (argument errors exit 2, other errors 1, each prefixed with `sluice CMD:`).
+// top-level error reporting (argument errors exit 2, other errors 1, each prefixed with `sluice CMD:`).
 #include <CLI/CLI.hpp>
 
 #ifdef __GLIBC__
@@ -40,11 +40,10 @@ constexpr Command kCommands[] = {
     {"render-template", "render a Jinja chat template with a JSON context", sluice::cli::cmd_render_template},
     {"pack-gguf", "write a GGUF from a JSON manifest of metadata and raw tensors", sluice::cli::cmd_pack_gguf},
     {"bench", "measure prefill and decode tokens/s (llama-bench style)", sluice::cli::cmd_bench},
+    {"pull", "download ORG/NAME[:QUANT] from the Hugging Face hub into its cache", sluice::cli::cmd_pull},
+    {"list", "the cached hub models: size, quant and RAM verdict", sluice::cli::cmd_list},
+    {"rm", "delete a cached hub model (a repository or one quant)", sluice::cli::cmd_rm},
 };
-
-// llama.cpp spellings CLI11 cannot declare (several letters after one dash), rewritten to ours.
-constexpr std::pair<std::string_view, const char*> kAliases[] = {
-    {"-np", "--parallel"}, {"-sys", "--system"}, {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"}};
 
 // A forward pass allocates its activations per layer (a 512-token prefill chunk: several 4 MiB
 // buffers per layer). glibc's default serves blocks past its adaptive mmap threshold with fresh
@@ -106,9 +105,6 @@ int main(int argc, char** argv) {
     argv = help_argv;
   }
   tune_malloc();
-  for (int i = 2; i < argc; ++i)
-    for (const auto& [from, to] : kAliases)
-      if (argv[i] == from) argv[i] = const_cast<char*>(to);
   if (const Command* found = find_command(argv[1])) {
     const Command& c = *found;
     // Under mpirun with several processes each is a pipeline stage; an error on one ends all.

@@ -1,8 +1,12 @@
 // Shared model and sampling flags.
 #include "cli/options.h"
 
-#include <fmt/format.h>
+#include "cli/hub_model.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +16,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/units.h"
+#include "runtime/prefill_chunk.h"
 
 namespace sluice::cli {
 
@@ -57,13 +62,22 @@ void add_quiet_flag(CLI::App& app) {
       "no progress bars or informational lines (warnings and errors still print)");
 }
 
-void add_model_option(CLI::App& app, std::string& path) {
+void add_model_option(CLI::App& app, std::string& path, bool urls) {
   path = default_model_path();
+  // inspect also reads a header over HTTP (hub/remote_source.h).
+  const CLI::Validator exists = urls ? CLI::Validator(
+                                           [](const std::string& s) {
+                                             return s.starts_with("http://") || s.starts_with("https://")
+                                                        ? std::string()
+                                                        : CLI::ExistingFile(s);
+                                           },
+                                           "FILE|URL")
+                                     : CLI::Validator(CLI::ExistingFile);
   auto* flag = app.add_option("-m,--model", path, "GGUF model (first part of a split model)")
-                   ->check(CLI::ExistingFile)
+                   ->check(exists)
                    ->capture_default_str();
   auto* positional = app.add_option("MODEL", path, "the model as the first argument (instead of -m)")
-                         ->check(CLI::ExistingFile)
+                         ->check(exists)
                          ->excludes(flag);
   flag->excludes(positional);
 }
@@ -72,9 +86,55 @@ CLI::Validator byte_size() {
   return CLI::Validator([](const std::string& s) { return byte_size_error(s); }, "SIZE");
 }
 
+namespace {
+
+// llama.cpp's spellings (cli/flag_spellings.cpp rewrites -ngl, -fa, -ub, -tb, -ot to these).
+void add_llama_flags(CLI::App& app, ModelFlags& f) {
+  const char* const group = "llama.cpp compatibility";
+  app.add_option("--n-gpu-layers,--gpu-layers", f.gpu_layers, "(-ngl) accepted and ignored: sluice has no GPU backend")
+      ->group(group);
+  app.add_option("--flash-attn", f.flash_attn, "(-fa [on|off|auto]) accepted and ignored: attention is always sluice's tiled CPU kernel")
+      ->check(CLI::IsMember({"on", "off", "auto", "1", "0"}))->group(group);
+  app.add_option("--override-tensor", f.override_tensor, "(-ot) accepted and ignored: every tensor is in host memory")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)->group(group);
+  app.add_flag("--no-mmap", f.no_mmap, "read the routed experts into RAM (--experts ram)")->group(group);
+  app.add_flag("--mlock", f.mlock, "lock the expert cache in memory (the default)")->group(group);
+  app.add_option("-b,--batch-size", f.batch, "prompt tokens per forward pass when -ub is not given (at most 512)")
+      ->check(CLI::Range(1, 1 << 20))->group(group);
+  app.add_option("--ubatch-size", f.ubatch, "(-ub) prompt tokens per forward pass (at most 512, the KV cache's step)")
+      ->check(CLI::Range(1, 1 << 20))->group(group);
+  app.add_option("--threads-batch", f.threads_batch, "(-tb) threads when -t is not given: one pool runs prefill and decode")
+      ->check(CLI::Range(0, 1024))->group(group);
+}
+
+// The llama.cpp flags that change nothing here, each with the reason, for one warning.
+std::vector<std::string> ignored_llama_flags(const ModelFlags& f) {
+  std::vector<std::string> out;
+  if (!f.gpu_layers.empty() && f.gpu_layers != "0")
+    out.push_back(fmt::format("-ngl {} (no GPU backend: every layer runs on the CPU)", f.gpu_layers));
+  if (!f.flash_attn.empty() && f.flash_attn != "auto")
+    out.push_back(fmt::format("-fa {} (no GPU backend: attention is always sluice's tiled CPU kernel)", f.flash_attn));
+  if (!f.override_tensor.empty())
+    out.push_back(fmt::format("-ot {} (no GPU backend: every tensor is in host memory; --experts places the routed ones)",
+                              f.override_tensor));
+  if (f.threads_batch > 0 && f.threads > 0 && f.threads != f.threads_batch)
+    out.push_back(fmt::format("-tb {} (one thread pool runs prefill and decode: -t {} sets it)", f.threads_batch, f.threads));
+  if (f.ubatch > kMaxPrefillChunk)
+    out.push_back(fmt::format("-ub {} beyond {} (a forward pass takes at most {} prompt tokens)", f.ubatch,
+                              kMaxPrefillChunk, kMaxPrefillChunk));
+  return out;
+}
+
+}  // namespace
+
 void add_model_flags(CLI::App& app, ModelFlags& f) {
   add_quiet_flag(app);
   add_model_option(app, f.model);
+  add_hub_flags(app, f.hub);
+  // After every flag is parsed and checked (-q included), so a bad flag never costs a download.
+  app.final_callback([&f] {
+    if (!f.hub.repo.empty()) f.model = hub_model_path(f.hub);
+  });
   app.add_option("-t,--threads", f.threads, "worker threads (0: one per physical core available to the process)")->check(CLI::Range(0, 1024));
   app.add_option("-c,--ctx,--ctx-size", f.ctx, "context size in tokens (0: the model's trained context, at most 4096; larger: allowed with a warning)")
       ->check(CLI::Range(0, 1 << 24))->capture_default_str();
@@ -91,6 +151,7 @@ void add_model_flags(CLI::App& app, ModelFlags& f) {
   app.add_flag("--no-mlock", f.no_mlock, "do not lock the expert cache in memory");
   app.add_flag("--debug", f.debug, "log every expert hit and miss");
   add_kv_type_flags(app, f.cache_type_k, f.cache_type_v);
+  add_llama_flags(app, f);
   app.add_option("--stages", f.stages, "pipeline (mpirun -np N): each stage's layers, e.g. 0:8,8:16 (default: planned)");
   app.add_option("--stage-timeout", f.stage_timeout, "pipeline: seconds to wait for a neighbouring stage before failing")
       ->check(CLI::Range(0.1, 1e6))->capture_default_str();
@@ -148,16 +209,27 @@ EngineOptions engine_options(const ModelFlags& f) {
   // Contradictory flags are argument errors (exit 2), not something to resolve silently.
   if (f.streaming && f.experts != "auto" && f.experts != "stream")
     throw CLI::ValidationError("--ssd-streaming", fmt::format("streams experts, but --experts {} was also given", f.experts));
-  const std::string mode = f.streaming ? "stream" : f.experts;
+  if (f.no_mmap && (f.streaming || (f.experts != "auto" && f.experts != "ram")))
+    throw CLI::ValidationError("--no-mmap", fmt::format("reads the experts into RAM, but --experts {} was also given",
+                                                        f.streaming ? "stream" : f.experts));
+  if (f.mlock && f.no_mlock) throw CLI::ValidationError("--mlock", "locks the expert cache, but --no-mlock was also given");
+  const std::string mode = f.streaming ? "stream" : f.no_mmap ? "ram" : f.experts;
   if (!f.cache_size.empty() && (mode == "ram" || mode == "mmap"))
     throw CLI::ValidationError("--ssd-streaming-cache-experts",
                                fmt::format("sizes the streaming cache, which --experts {} does not use", mode));
   EngineOptions o;
   o.model_path = f.model;
-  o.n_threads = f.threads;
+  o.n_threads = f.threads > 0 ? f.threads : f.threads_batch;
+  // -ub is the forward pass's size; -b, llama.cpp's logical batch, bounds it when -ub is absent.
+  if (const int chunk = f.ubatch > 0 ? f.ubatch : f.batch; chunk > 0) set_session_prefill_chunk(std::min(chunk, kMaxPrefillChunk));
+  if (const auto ignored = ignored_llama_flags(f); !ignored.empty()) {
+    static bool said = false;  // engine_options runs more than once in a pipeline
+    if (!said) SLUICE_LOG_WARN("warning: ignored: {}", fmt::join(ignored, "; "));
+    said = true;
+  }
   o.n_ctx = f.ctx;
   // CLI::IsMember has checked the spellings; the enums are parsed here, once.
-  o.experts = f.streaming ? ExpertMode::kStream : *parse_expert_mode(f.experts);
+  o.experts = f.streaming ? ExpertMode::kStream : f.no_mmap ? ExpertMode::kRam : *parse_expert_mode(f.experts);
   if (!f.cache_size.empty()) o.cache_bytes = parse_byte_size(f.cache_size, "--ssd-streaming-cache-experts");
   if (!f.mem_limit.empty()) o.mem_limit = parse_byte_size(f.mem_limit, "--mem-limit");
   if (o.cache_bytes > 0 && o.mem_limit > 0 && o.cache_bytes > o.mem_limit)

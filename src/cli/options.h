@@ -10,8 +10,18 @@
 
 namespace sluice::cli {
 
+// The most prompt tokens a forward pass takes (runtime/prefill_chunk.h): -b/-ub are capped to it.
+constexpr int kMaxPrefillChunk = 512;
+
+// -hf/--hf-repo ORG/NAME[:QUANT] and --hf-file NAME: a model from the Hugging Face hub (cli/hub_model.h).
+struct HubFlags {
+  std::string repo;
+  std::string file;
+};
+
 struct ModelFlags {
   std::string model;
+  HubFlags hub;  // when given, `model` becomes the cached (downloaded if need be) file after parsing
   int threads = 0;
   int ctx = 0;  // 0: the model's trained context, at most 4096
   std::string experts = "auto";
@@ -25,15 +35,24 @@ struct ModelFlags {
   double stage_timeout = 60;   // --stage-timeout seconds
   std::string routing_trace;   // --routing-trace FILE (run, bench, perplexity)
   std::string replay_routing;  // --replay-routing FILE (bench)
+  // llama.cpp's flags: mapped where they mean something here, else accepted with one warning.
+  std::string gpu_layers;       // -ngl: no GPU backend
+  std::string flash_attn;       // -fa on|off|auto: attention is always the CPU kernel
+  std::string override_tensor;  // -ot: every tensor is in host memory already
+  bool no_mmap = false;         // --no-mmap: experts read into RAM (--experts ram)
+  bool mlock = false;           // --mlock: lock the expert cache (the default; --no-mlock contradicts)
+  int batch = 0, ubatch = 0;    // -b, -ub: the prefill chunk
+  int threads_batch = 0;        // -tb: one pool serves prefill and decode
 };
 
-// Adds the model (defaulting to the shipped model), -t, -c, --experts and the streaming flags
+// Adds the model (defaulting to the shipped model, or -hf REPO[:QUANT] from the hub), -t, -c, --experts and the streaming flags
 // (ds4-compatible names: --ssd-streaming, --ssd-streaming-cache-experts, --ssd-streaming-cold,
 // --ssd-streaming-preload-experts).
 void add_model_flags(CLI::App& app, ModelFlags& f);
 // The model file every model command takes the same way: `-m FILE` or the first argument
 // (`sluice run MODEL -p ...`), default the shipped model (default_model_path()).
-void add_model_option(CLI::App& app, std::string& path);
+// `urls`: an http(s) URL is accepted too (inspect reads its header remotely).
+void add_model_option(CLI::App& app, std::string& path, bool urls = false);
 // A byte-size flag value ("4GB", "512MiB", bytes): a bad one is an argument error (exit 2).
 CLI::Validator byte_size();
 void add_sampling_flags(CLI::App& app, SamplingOptions& s);
@@ -56,6 +75,7 @@ DraftOptions draft_options(const DraftFlags& d);
 // off, or when `drafts` is false) and the separate MTP file.
 void set_engine_draft(EngineOptions& eo, const DraftFlags& d, const DraftOptions& o,
                       bool drafts = true);
+// The engine's options from the flags; says once on stderr which llama.cpp flags do nothing here.
 EngineOptions engine_options(const ModelFlags& f);
 // --grammar TEXT, --grammar-file FILE, --json-schema TEXT|@FILE (run, chat): what the output must
 // match. grammar_from_flags gives the GBNF ("" for none), checked without a model;

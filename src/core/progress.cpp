@@ -10,6 +10,7 @@
 #include <cstdlib>
 
 #include "core/log.h"
+#include "core/units.h"
 
 namespace sluice {
 
@@ -60,12 +61,31 @@ void Progress::update(uint64_t done) {
   draw(false);
 }
 
+// Bytes (downloads): sizes in units, the rate and the time left.
+std::string Progress::draw_bytes(bool final, double secs, double frac) const {
+  const double rate = secs > 0 ? static_cast<double>(done_) / secs : 0;
+  const std::string amounts = fmt::format("{}/{}, {}/s", format_bytes(done_), format_bytes(total_),
+                                          format_bytes(static_cast<uint64_t>(rate)));
+  const std::string eta = rate > 0 ? fmt::format("{:.0f} s", static_cast<double>(total_ - done_) / rate) : "-";
+  if (tty_) {
+    constexpr int kWidth = 30;
+    const int fill = static_cast<int>(frac * kWidth);
+    return final ? std::string("\r\x1b[K")
+                 : fmt::format("\r{} [{}{}] {:3.0f}% {}, ETA {}\x1b[K", label_, std::string(fill, '='),
+                               std::string(kWidth - fill, ' '), 100 * frac, amounts, eta);
+  }
+  if (final) return fmt::format("{}: done, {} in {:.1f} s\n", label_, amounts, secs);
+  return fmt::format("{}: {:.0f}% ({}), ETA {}\n", label_, 100 * frac, amounts, eta);
+}
+
 void Progress::draw(bool final) {
   shown_ = true;
   const double secs = std::chrono::duration<double>(Clock::now() - start_).count();
   const double frac = total_ ? static_cast<double>(done_) / static_cast<double>(total_) : 1.0;
   std::string line;
-  if (tty_) {
+  if (unit_ == "B") {
+    line = draw_bytes(final, secs, frac);
+  } else if (tty_) {
     constexpr int kWidth = 30;
     const int fill = static_cast<int>(frac * kWidth);
     // The bar is transient: at the end it is erased, leaving the line to the command's output.

@@ -2,7 +2,7 @@
 // stderr, through this one helper so every command shows it the same way: nothing for the first
 // 2 s (short steps stay silent; $SLUICE_PROGRESS_DELAY overrides), then a bar redrawn in place
 // when stderr is a terminal (erased when the step ends), or a plain
-// line every 10 s when it is a file or pipe; nothing at all below the info log level (--quiet).
+// line every 10 s when it is a file or pipe (unit "B": sizes, rate and time left); nothing at all below the info log level (--quiet).
 // A Progress created while another is showing stays silent, so nested steps (a perplexity
 // window's prefill) never fight over the line.
 #pragma once
@@ -26,6 +26,7 @@ class Progress {
  private:
   using Clock = std::chrono::steady_clock;
   void draw(bool final);
+  std::string draw_bytes(bool final, double secs, double frac) const;
 
   std::string label_, unit_;
   uint64_t total_, done_ = 0;

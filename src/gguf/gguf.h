@@ -1,6 +1,7 @@
-// GGUF reader: versions 2 and 3, every value type, split models presented as one file. Files are
-// mmapped read-only; every count, size and offset is validated against the file before use, so a
-// truncated or corrupted file fails at open with a message naming the key or tensor, never later.
+// GGUF reader: versions 2 and 3, every value type, split models presented as one file. Local files
+// are mmapped read-only; a remote one is read through a gguf::ByteSource (gguf/source.h) that
+// fetches only the header. Every count, size and offset is validated against the file before use,
+// so a truncated or corrupted file fails at open with a message naming the key or tensor.
 #pragma once
 
 #include <array>
@@ -13,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "gguf/source.h"
 #include "gguf/value.h"
 #include "quant/types.h"
 
@@ -29,7 +31,7 @@ struct TensorInfo {
   uint64_t nbytes = 0;
   uint32_t file_index = 0;    // which split part holds the data
   uint64_t file_offset = 0;   // absolute byte offset of the data in that part
-  const std::byte* data = nullptr;  // the same bytes, through the part's mmap
+  const std::byte* data = nullptr;  // the same bytes, through the part's mmap (null when remote)
 
   int64_t n_elements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
   int64_t n_rows() const { return ne[1] * ne[2] * ne[3]; }
@@ -43,6 +45,9 @@ class File {
   // Opens `path`; when it is part 1 of a split model (split.count > 1), opens the sibling parts
   // named PREFIX-0000K-of-0000N.gguf and merges their tensors. Throws sluice::Error.
   static std::unique_ptr<File> open(const std::string& path);
+  // The same for parts that `opener` provides by name (a URL's siblings are URLs): only the bytes
+  // the header needs are asked for.
+  static std::unique_ptr<File> open(const std::string& name, const SourceOpener& opener);
   ~File();
   File(const File&) = delete;
   File& operator=(const File&) = delete;
@@ -79,9 +84,8 @@ class File {
  private:
   struct Part {
     std::string path;
-    int fd = -1;
     uint64_t size = 0;
-    const std::byte* map = nullptr;
+    std::unique_ptr<ByteSource> source;
   };
   File() = default;
   void parse_part(size_t index, bool is_first);

@@ -1,11 +1,6 @@
 // GGUF reader. The header is parsed from the mmap through a bounds-checked cursor; nothing is
 // trusted: counts are bounded by the bytes left, sizes use overflow-checked arithmetic, and each
 // tensor's data range must lie inside its part's data section.
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -22,11 +17,10 @@ namespace {
 
 constexpr uint32_t kMaxNesting = 8;
 
-// Reads little-endian fields from [base, base+size) and fails with the file name and byte offset.
+// Reads little-endian fields from a source and fails with the file name and byte offset.
 class Cursor {
  public:
-  Cursor(const std::byte* base, uint64_t size, const std::string& path)
-      : base_(base), size_(size), path_(path) {}
+  explicit Cursor(ByteSource& src) : src_(src), size_(src.size()), path_(src.name()) {}
 
   uint64_t pos() const { return pos_; }
   uint64_t left() const { return size_ - pos_; }
@@ -40,7 +34,7 @@ class Cursor {
   T read(std::string_view what) {
     need(sizeof(T), what);
     T v;
-    std::memcpy(&v, base_ + pos_, sizeof(T));
+    std::memcpy(&v, src_.bytes(pos_, sizeof(T)), sizeof(T));
     pos_ += sizeof(T);
     return v;
   }
@@ -48,7 +42,7 @@ class Cursor {
     uint64_t len = read<uint64_t>(what);
     if (len > left())
       fail("{}: {} has length {} but only {} bytes remain in the file", path_, what, len, left());
-    std::string s(reinterpret_cast<const char*>(base_ + pos_), len);
+    std::string s(reinterpret_cast<const char*>(src_.bytes(pos_, len)), len);
     pos_ += len;
     return s;
   }
@@ -56,7 +50,7 @@ class Cursor {
   const std::string& path() const { return path_; }
 
  private:
-  const std::byte* base_;
+  ByteSource& src_;
   uint64_t size_;
   uint64_t pos_ = 0;
   const std::string& path_;
@@ -138,12 +132,7 @@ std::optional<std::string> split_part_path(const std::string& first_path, int pa
          fmt::format("-{:05d}-of-{:05d}.gguf", part, count);
 }
 
-File::~File() {
-  for (auto& p : parts_) {
-    if (p.map) munmap(const_cast<std::byte*>(p.map), p.size);
-    if (p.fd >= 0) close(p.fd);
-  }
-}
+File::~File() = default;
 
 uint64_t File::total_size() const {
   uint64_t s = 0;
@@ -151,28 +140,16 @@ uint64_t File::total_size() const {
   return s;
 }
 
-std::unique_ptr<File> File::open(const std::string& path) {
+std::unique_ptr<File> File::open(const std::string& path) { return open(path, open_mapped); }
+
+std::unique_ptr<File> File::open(const std::string& path, const SourceOpener& opener) {
   std::unique_ptr<File> f(new File());
   auto open_part = [&](const std::string& p) {
     Part part;
-    part.path = p;
-    part.fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
-    if (part.fd < 0) fail("cannot open '{}': {}", p, std::strerror(errno));
-    struct stat st{};
-    if (fstat(part.fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-      close(part.fd);
-      fail("'{}' is not a regular file", p);
-    }
-    part.size = static_cast<uint64_t>(st.st_size);
-    if (part.size > 0) {
-      void* m = mmap(nullptr, part.size, PROT_READ, MAP_SHARED, part.fd, 0);
-      if (m == MAP_FAILED) {
-        close(part.fd);
-        fail("cannot mmap '{}': {}", p, std::strerror(errno));
-      }
-      part.map = static_cast<const std::byte*>(m);
-    }
-    f->parts_.push_back(part);
+    part.source = opener(p);
+    part.path = part.source->name();
+    part.size = part.source->size();
+    f->parts_.push_back(std::move(part));
   };
   open_part(path);
   f->parse_part(0, true);
@@ -203,7 +180,7 @@ std::unique_ptr<File> File::open(const std::string& path) {
 
 void File::parse_part(size_t index, bool is_first) {
   Part& part = parts_[index];
-  Cursor c(part.map, part.size, part.path);
+  Cursor c(*part.source);
   c.need(4, "magic");
   uint32_t magic = c.read<uint32_t>("magic");
   if (magic != 0x46554747u)  // "GGUF" little-endian
@@ -305,7 +282,7 @@ void File::parse_part(size_t index, bool is_first) {
            "({} bytes): the file is truncated or the offset is corrupt",
            part.path, t.name, type_name(t.type), t.shape_string(), t.nbytes, t.file_offset, part.size);
     t.file_offset = begin;
-    t.data = part.map + begin;
+    t.data = part.source->map() ? part.source->map() + begin : nullptr;
   }
 }
 

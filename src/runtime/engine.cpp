@@ -17,6 +17,7 @@
 #include "runtime/kv_state.h"
 #include "runtime/mtp_draft.h"
 #include "runtime/routing_taps.h"
+#include "runtime/prefill_chunk.h"
 #include "sluice/sluice.h"
 #include "tokenizer/tokenizer.h"
 
@@ -24,7 +25,16 @@ namespace sluice {
 
 namespace {
 constexpr int kPrefillChunk = kEngineKvStep;
+std::atomic<int> g_prefill_chunk{kPrefillChunk};
 }  // namespace
+
+void set_session_prefill_chunk(int tokens) {
+  if (tokens < 1 || tokens > kPrefillChunk)
+    fail("prefill chunk {}: expected 1..{} tokens (the KV cache's step)", tokens, kPrefillChunk);
+  g_prefill_chunk = tokens;
+}
+
+int session_prefill_chunk() { return g_prefill_chunk; }
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
@@ -262,8 +272,9 @@ struct Session::Impl {
     Batch b;
     std::vector<float> out, hidden;
     Progress progress("prompt", static_cast<uint64_t>(n - from), "tokens");
-    for (int start = from; start < n; start += kPrefillChunk) {
-      const int end = std::min(n, start + kPrefillChunk);
+    const int chunk = session_prefill_chunk();
+    for (int start = from; start < n; start += chunk) {
+      const int end = std::min(n, start + chunk);
       b.clear();
       for (int i = start; i < end; ++i) b.add(toks[i], i, 0, i >= first_row || i == end - 1);
       try {
