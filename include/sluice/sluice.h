@@ -63,6 +63,9 @@ struct EngineOptions {
   // model's (ModelInfo::routing says so). Neither in a pipeline stage.
   std::string routing_trace{};
   std::string replay_routing{};
+  // A Jinja chat template to use instead of the file's tokenizer.chat_template (--chat-template,
+  // --chat-template-file); empty: the file's.
+  std::string chat_template{};
 };
 
 struct SamplingOptions {
