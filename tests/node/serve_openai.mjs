@@ -1,7 +1,7 @@
 // Client tests of `sluice serve` with the official `openai` npm client (tests/e2e/serve_test.cpp
 // starts the server and runs this). usage: node serve_openai.mjs BASE_URL API_KEY
 // Checks chat and completions, streaming and not, usage, stop sequences, logprobs, a 400 for an
-// unsupported field, a tool-call turn, and that 8 concurrent
+// out-of-range field, harmless fields and n > 1, a tool-call turn, and that 8 concurrent
 // greedy requests each get exactly the reply the same request gets alone. Prints one line per
 // check; exits 1 on the first failure.
 import assert from "node:assert/strict";
@@ -135,11 +135,15 @@ await check("logprobs and unsupported fields through the client", async () => {
     assert.equal(t.top_logprobs.length, 2);
     assert.equal(t.top_logprobs[0].token, t.token);  // greedy
   }
-  await assert.rejects(chat("hi", { logit_bias: { 5: 10 } }), (e) => {
+  await assert.rejects(chat("hi", { logit_bias: { 5: 1000 } }), (e) => {
     assert.equal(e.status, 400);
     assert.equal(e.param, "logit_bias");
     return true;
   });
+  // Harmless fields the client sends are accepted; n > 1 gives that many choices.
+  const h = await chat("hi", { max_tokens: 2, store: true, metadata: { a: "b" }, user: "u", service_tier: "auto", n: 2 });
+  assert.equal(h.choices.length, 2);
+  assert.deepEqual(h.choices.map((c) => c.index), [0, 1]);
   // A tool-call turn and its result are accepted in the shape the client builds.
   const tools = [{ type: "function", function: { name: "f", parameters: { type: "object", properties: {} } } }];
   const t = await client.chat.completions.create({
