@@ -25,6 +25,9 @@ struct ModelFlags {
   double stage_timeout = 60;   // --stage-timeout seconds
   std::string routing_trace;   // --routing-trace FILE (run, bench, perplexity)
   std::string replay_routing;  // --replay-routing FILE (bench)
+  std::string chat_template;       // --chat-template NAME|TEXT (serve, chat)
+  std::string chat_template_file;  // --chat-template-file FILE
+  bool jinja = false;              // --jinja (accepted; templates are always Jinja)
 };
 
 // Adds the model (defaulting to the shipped model), -t, -c, --experts and the streaming flags
@@ -57,6 +60,11 @@ DraftOptions draft_options(const DraftFlags& d);
 void set_engine_draft(EngineOptions& eo, const DraftFlags& d, const DraftOptions& o,
                       bool drafts = true);
 EngineOptions engine_options(const ModelFlags& f);
+// --chat-template, --chat-template-file, --jinja (chat_template_flags.cpp).
+void add_chat_template_flags(CLI::App& app, ModelFlags& f);
+// The template those flags give (EngineOptions::chat_template), checked by rendering a sample
+// conversation; empty: the model's. Throws CLI::ValidationError naming the flag.
+std::string chat_template_override(const ModelFlags& f);
 // --grammar TEXT, --grammar-file FILE, --json-schema TEXT|@FILE (run, chat): what the output must
 // match. grammar_from_flags gives the GBNF ("" for none), checked without a model;
 // check_grammar_flags checks that the model's vocabulary can write it. A bad grammar or schema is
