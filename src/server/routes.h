@@ -110,9 +110,11 @@ class Routes {
   std::vector<std::weak_ptr<CompletionHandle>> running_;
 };
 
-// Route families beside OpenAI's and Anthropic's (llama_routes.cpp, ollama_routes.cpp): they
+// Route families beside OpenAI's chat/completions and Anthropic's messages: they
 // register their paths on `svr` and add them with their methods to `methods` (for 405 answers).
 void add_llama_routes(httplib::Server& svr, Routes& routes, std::map<std::string, std::string>& methods);
 void add_ollama_routes(httplib::Server& svr, Routes& routes, std::map<std::string, std::string>& methods);
+// OpenAI's /v1/responses (responses_routes.cpp).
+void add_responses_routes(httplib::Server& svr, Routes& routes, std::map<std::string, std::string>& methods);
 
 }  // namespace sluice::server

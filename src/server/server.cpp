@@ -319,6 +319,7 @@ int serve(Engine& engine, const ServerOptions& o) {
            routed([&](const httplib::Request& req, httplib::Response& res) { routes.count_tokens(req, res); }));
   add_llama_routes(svr, routes, methods);
   add_ollama_routes(svr, routes, methods);
+  add_responses_routes(svr, routes, methods);
 
   std::string error;
   const int port = svr.bind(o.host, o.port, error);

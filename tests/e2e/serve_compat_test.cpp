@@ -1,7 +1,7 @@
 // End-to-end tests of what other servers' clients send (issue 32): harmless fields accepted and
 // ignored, llama-server synonyms, fields that would change the result still a 400 naming them,
 // n > 1 choices sharing the prompt's KV, logit_bias; the paths without /v1, Anthropic's
-// count_tokens, llama-server's /props, /slots, /tokenize, /detokenize, /apply-template,
+// count_tokens, /v1/responses, llama-server's /props, /slots, /tokenize, /detokenize, /apply-template,
 // /completion and /infill, and Ollama's /api routes; then the `ollama` and `@anthropic-ai/sdk` npm
 // clients (tests/node/serve_clients.mjs).
 #include <gtest/gtest.h>
@@ -332,6 +332,31 @@ TEST_F(ServeCompat, OllamaChatAndGenerate) {
   const Http bad = post("/api/chat", json{{"model", "sluice-tiny-moe"}, {"messages", kUser}, {"options", {{"mirostat", 1}}}});
   EXPECT_EQ(bad.status, 400);
   EXPECT_NE(bad.j()["error"].get<std::string>().find("options.mirostat"), std::string::npos) << bad.body;
+}
+
+TEST_F(ServeCompat, ResponsesShapeContinuationAndErrors) {
+  const Http h = post("/v1/responses", json{{"input", "Who made the heaven?"}, {"instructions", "Be brief."},
+                                            {"max_output_tokens", 4}, {"temperature", 0}, {"store", true}});
+  ASSERT_EQ(h.status, 200) << h.body;
+  const json r = h.j();
+  EXPECT_EQ(r["object"], "response");
+  ASSERT_EQ(r["output"].size(), 1u) << h.body;
+  EXPECT_EQ(r["output"][0]["type"], "message");
+  EXPECT_EQ(r["output"][0]["content"][0]["type"], "output_text");
+  // The same conversation as a chat request gives the same text.
+  const json chat = {{"messages", json::array({{{"role", "system"}, {"content", "Be brief."}},
+                                               {{"role", "user"}, {"content", "Who made the heaven?"}}})},
+                     {"max_tokens", 4}, {"temperature", 0}};
+  const json c = post("/v1/chat/completions", chat).j();
+  EXPECT_EQ(r["output"][0]["content"][0]["text"], c["choices"][0]["message"]["content"]);
+  EXPECT_EQ(r["usage"]["input_tokens"], c["usage"]["prompt_tokens"]);
+  // A continuation's prompt starts with the earlier conversation, reply included.
+  const json next = post("/v1/responses", json{{"input", "And the earth?"}, {"previous_response_id", r["id"]},
+                                               {"max_output_tokens", 2}, {"temperature", 0}}).j();
+  EXPECT_GE(next["usage"]["input_tokens_details"]["cached_tokens"].get<int>(), r["usage"]["input_tokens"].get<int>()) << next.dump();
+  expect_error(post("/v1/responses", json{{"input", "x"}, {"text", {{"format", {{"type", "json_schema"}}}}}}), 400, "text");
+  expect_error(post("/v1/responses", json{{"input", "x"}, {"frobnicate", 1}}), 400, "frobnicate");
+  expect_error(post("/v1/responses", json{{"input", "x"}, {"previous_response_id", "resp_x"}}), 404, "previous_response_id");
 }
 
 TEST(ServeNodeClients, OllamaAndAnthropicClientsPass) {

@@ -1,7 +1,8 @@
 // Client tests of `sluice serve` with the official `openai` npm client (tests/e2e/serve_test.cpp
 // starts the server and runs this). usage: node serve_openai.mjs BASE_URL API_KEY
 // Checks chat and completions, streaming and not, usage, stop sequences, logprobs, a 400 for an
-// out-of-range field, harmless fields and n > 1, a tool-call turn, and that 8 concurrent
+// out-of-range field, harmless fields and n > 1, the responses API (text, streamed,
+// previous_response_id), a tool-call turn, and that 8 concurrent
 // greedy requests each get exactly the reply the same request gets alone. Prints one line per
 // check; exits 1 on the first failure.
 import assert from "node:assert/strict";
@@ -153,6 +154,26 @@ await check("logprobs and unsupported fields through the client", async () => {
                { role: "tool", tool_call_id: "c1", content: "done" }],
   });
   assert.equal(t.choices[0].message.role, "assistant");
+});
+
+await check("responses: text, streamed events, previous_response_id from the prefix cache", async () => {
+  const r = await client.responses.create({ model: "sluice", input: "Who made the heaven?", max_output_tokens: 6, temperature: 0 });
+  assert.equal(r.object, "response");
+  assert.ok(r.output_text.length > 0);
+  assert.equal(r.usage.output_tokens, r.usage.total_tokens - r.usage.input_tokens);
+  const stream = client.responses.stream({ model: "sluice", input: "Who made the heaven?", max_output_tokens: 6, temperature: 0 });
+  let deltas = "";
+  stream.on("response.output_text.delta", (e) => { deltas += e.delta; });
+  const final = await stream.finalResponse();
+  assert.equal(deltas, r.output_text);
+  assert.equal(final.output[0].content[0].text, r.output_text);
+  assert.equal(final.status, r.status);
+  const next = await client.responses.create({
+    model: "sluice", input: "And the earth?", previous_response_id: r.id, max_output_tokens: 4, temperature: 0 });
+  assert.ok(next.usage.input_tokens > r.usage.input_tokens);
+  assert.ok(next.usage.input_tokens_details.cached_tokens >= r.usage.input_tokens, JSON.stringify(next.usage));
+  await assert.rejects(client.responses.create({ model: "sluice", input: "x", previous_response_id: "resp_nope" }),
+                       (e) => { assert.equal(e.status, 404); return true; });
 });
 
 await check("concurrency: 8 clients get their single-client greedy replies", async () => {
