@@ -1,5 +1,5 @@
-// End-to-end tests of the chat template flags on serve (issue 32, item 3), seen through
-// llama-server's /apply-template.
+// End-to-end tests of the chat template flags (issue 32, item 3): on serve, seen through
+// llama-server's /apply-template; on chat, through the prompt a turn evaluates.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -40,6 +40,21 @@ TEST(ServeChatTemplate, FlagsReplaceTheModelsTemplate) {
   const auto broken = sluice::test::sh(serve + "--chat-template '{% for m in messages %}'");
   EXPECT_EQ(broken.status, 2) << broken.out;
   EXPECT_NE(broken.out.find("does not render"), std::string::npos) << broken.out;
+}
+
+// A template that renders only the message's text: chat's prompt is the text's own tokens, and
+// the reply is the raw continuation (the fallback "User: ...\nAssistant:" format is not used).
+TEST(ChatTemplateFlag, ChatRendersTheGivenTemplate) {
+  const auto file = sluice::test::scratch_dir() / "content-only.jinja";
+  {
+    std::ofstream(file) << "{% for m in messages %}{{ m.content }}{% endfor %}";
+  }
+  const auto r = sluice::test::sh("printf 'And God said\\n/stats\\n' | " + std::string(SLUICE_BIN) + " chat -m " + kModel +
+                                  " --temp 0 -n 4 -t 1 --chat-template-file " + file.string());
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out.find("has no chat template"), std::string::npos) << r.out;
+  // "And God said" is three tokens of this vocabulary (sluice tokenize), with no BOS.
+  EXPECT_NE(r.out.find("last turn: prompt 3 tokens"), std::string::npos) << r.out;
 }
 
 }  // namespace
