@@ -80,6 +80,16 @@ struct Submission {
   std::shared_ptr<CompletionHandle> handle;  // set when accepted
 };
 
+// One KV slot as the scheduler last published it (llama-server's /slots).
+struct SlotStats {
+  int id = 0;
+  bool busy = false;    // holds a request
+  int n_ctx = 0;        // context of the slot
+  int n_cached = 0;     // tokens whose KV the slot holds (kept after a request for prefix reuse)
+  int n_prompt = 0;     // prompt tokens of its current (or last) request
+  int n_reused = 0;     // of them, served from a cached prefix (this slot's, another's, the disk's)
+};
+
 struct SchedulerStats {
   uint64_t requests = 0;           // accepted
   uint64_t rejected = 0;           // refused by submit()
@@ -104,6 +114,7 @@ struct SchedulerStats {
   int pipeline_stages = 1;         // stages of the engine's pipeline (1: the whole model here)
   int micro_batches = 1;           // groups of requests in flight through the pipeline at once
   std::string pipeline_error;      // set when a stage failed; the scheduler has stopped
+  std::vector<SlotStats> slots;    // every KV slot, as of the last admission, step or release
 };
 
 class Scheduler {

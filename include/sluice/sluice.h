@@ -63,6 +63,9 @@ struct EngineOptions {
   // model's (ModelInfo::routing says so). Neither in a pipeline stage.
   std::string routing_trace{};
   std::string replay_routing{};
+  // A Jinja chat template to use instead of the file's tokenizer.chat_template (--chat-template,
+  // --chat-template-file); empty: the file's.
+  std::string chat_template{};
 };
 
 struct SamplingOptions {
@@ -75,6 +78,9 @@ struct SamplingOptions {
   float frequency_penalty = 0.0f;
   int penalty_last_n = 64;
   uint64_t seed = 0xC0FFEE;
+  // Added to the named tokens' logits before the penalties and every filter, greedy included
+  // (OpenAI's logit_bias); −infinity bans a token.
+  std::vector<std::pair<int32_t, float>> logit_bias{};
 };
 
 // Speculative decoding. Each step drafts up to `max` tokens, verifies them with the pending token

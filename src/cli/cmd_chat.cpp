@@ -34,6 +34,7 @@ int cmd_chat(int argc, char** argv) {
   CLI::App app{"Chat with a model: multi-turn, streamed, with the model's chat template", "sluice chat"};
   ModelFlags mf;
   add_model_flags(app, mf);
+  add_chat_template_flags(app, mf);
   chat::ChatConfig cfg;
   cfg.generate.max_tokens = 1024;
   add_sampling_flags(app, cfg.generate.sampling);

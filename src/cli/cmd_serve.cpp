@@ -43,6 +43,7 @@ int cmd_serve(int argc, char** argv) {
   CLI::App app{"Serve the OpenAI-compatible HTTP API (chat/completions, completions, messages)", "sluice serve"};
   ModelFlags mf;
   add_model_flags(app, mf);
+  add_chat_template_flags(app, mf);
   server::ServerOptions so;
   std::string max_body = "4MiB";
   app.add_option("--host", so.host, "address to bind (default loopback only)")->capture_default_str();
@@ -107,7 +108,9 @@ int cmd_serve(int argc, char** argv) {
   SLUICE_LOG_INFO("model: {} ({}, {} layers, {} experts top-{}), loaded in {:.2f} s; {}", mf.model, mi.architecture,
                   mi.n_layer, mi.n_expert, mi.n_expert_used, engine->load_seconds(), mi.experts_detail);
   SLUICE_LOG_INFO("chat template: {}",
-                  mi.chat_template.empty() ? "none (plain \"User: ...\\nAssistant:\" fallback)" : "from the model");
+                  mi.chat_template.empty() ? "none (plain \"User: ...\\nAssistant:\" fallback)"
+                  : eo.chat_template.empty()   ? "from the model"
+                                               : "from --chat-template");
   return server::serve(*engine, so);
 }
 

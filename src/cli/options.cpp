@@ -245,6 +245,7 @@ EngineOptions engine_options(const ModelFlags& f) {
   o.kv_type_v = *parse_kv_type(f.cache_type_v);
   o.routing_trace = f.routing_trace;
   o.replay_routing = f.replay_routing;
+  o.chat_template = chat_template_override(f);
   return o;
 }
 

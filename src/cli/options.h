@@ -43,6 +43,9 @@ struct ModelFlags {
   bool mlock = false;           // --mlock: lock the expert cache (the default; --no-mlock contradicts)
   int batch = 0, ubatch = 0;    // -b, -ub: the prefill chunk
   int threads_batch = 0;        // -tb: one pool serves prefill and decode
+  std::string chat_template;       // --chat-template NAME|TEXT (serve, chat)
+  std::string chat_template_file;  // --chat-template-file FILE
+  bool jinja = false;              // --jinja (accepted; templates are always Jinja)
 };
 
 // Adds the model (defaulting to the shipped model, or -hf REPO[:QUANT] from the hub), -t, -c, --experts and the streaming flags
@@ -77,6 +80,11 @@ void set_engine_draft(EngineOptions& eo, const DraftFlags& d, const DraftOptions
                       bool drafts = true);
 // The engine's options from the flags; says once on stderr which llama.cpp flags do nothing here.
 EngineOptions engine_options(const ModelFlags& f);
+// --chat-template, --chat-template-file, --jinja (chat_template_flags.cpp).
+void add_chat_template_flags(CLI::App& app, ModelFlags& f);
+// The template those flags give (EngineOptions::chat_template), checked by rendering a sample
+// conversation; empty: the model's. Throws CLI::ValidationError naming the flag.
+std::string chat_template_override(const ModelFlags& f);
 // --grammar TEXT, --grammar-file FILE, --json-schema TEXT|@FILE (run, chat): what the output must
 // match. grammar_from_flags gives the GBNF ("" for none), checked without a model;
 // check_grammar_flags checks that the model's vocabulary can write it. A bad grammar or schema is

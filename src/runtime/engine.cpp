@@ -132,7 +132,7 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& o) {
   mi.n_expert = hp.n_expert;
   mi.n_expert_used = hp.n_expert_used;
   mi.file_bytes = impl->file->total_size();
-  mi.chat_template = impl->file->get_string_or("tokenizer.chat_template", "");
+  mi.chat_template = o.chat_template.empty() ? impl->file->get_string_or("tokenizer.chat_template", "") : o.chat_template;
   const Tokenizer& tk = *impl->tokenizer;
   if (tk.bos() >= 0) mi.bos_token = tk.token_text(tk.bos());
   if (tk.eos() >= 0) mi.eos_token = tk.token_text(tk.eos());

@@ -34,7 +34,7 @@ TokenLogprob token_logprob(std::span<const float> logits, int32_t token, int k) 
 
 SamplingParams sampling_params(const SamplingOptions& o) {
   return {o.temperature,      o.top_k,          o.top_p, o.min_p, o.repeat_penalty, o.presence_penalty,
-          o.frequency_penalty, o.penalty_last_n, o.seed};
+          o.frequency_penalty, o.penalty_last_n, o.seed, o.logit_bias};
 }
 
 int reusable_prefix(std::span<const int32_t> cached, std::span<const int32_t> prompt) {

@@ -131,6 +131,7 @@ struct Slot {
   double prefill_seconds = 0;
   bool decoding = false;  // the first token has been sampled
   Timer timer;
+  int n_prompt = 0, n_reused = 0;  // of the current (or last) request, for SlotStats
 };
 
 }  // namespace
@@ -200,6 +201,7 @@ struct Scheduler::Impl {
       if (mtp_drafts())
         slots[i].mtp = std::make_unique<MtpDrafter>(*engine.model, engine.n_ctx, engine.kv_config);
     }
+    publish_locked();  // no other thread sees the scheduler yet
   }
 
   // MTP drafts need the block loaded and verification, which a pipeline does not do.
@@ -262,6 +264,8 @@ struct Scheduler::Impl {
     s.decoding = false;
     s.timer.reset();
     s.last_used = s.admitted = ++admissions;
+    s.n_prompt = static_cast<int>(prompt.size());
+    s.n_reused = best;
     s.handle = std::move(p.handle);  // last: if anything above throws, the caller still holds it
     std::lock_guard<std::mutex> lock(mutex);
     stats.reused_tokens += best;
@@ -320,6 +324,11 @@ struct Scheduler::Impl {
     stats.active = static_cast<int>(std::count_if(slots.begin(), slots.end(), [](const Slot& s) { return s.handle != nullptr; }));
     stats.kv_bytes = kv->allocated_bytes();
     stats.queue_depth = static_cast<int>(queue.size());
+    stats.slots.resize(slots.size());
+    for (size_t i = 0; i < slots.size(); ++i) {
+      const Slot& s = slots[i];
+      stats.slots[i] = {s.id, s.handle != nullptr, kv->n_ctx(), kv->length(s.id), s.n_prompt, s.n_reused};
+    }
   }
 
   // The disk cache's counters (it is only touched on the scheduler thread); the caller holds `mutex`.
@@ -615,6 +624,7 @@ struct Scheduler::Impl {
     stats.last_batch_sequences = n_seq;
     stats.busy_seconds += secs;
     stats.experts = es;
+    publish_locked();
   }
 
   void run() {

@@ -82,6 +82,8 @@ void put_options(Writer& w, const GenerateOptions& o) {
   const SamplingOptions& s = o.sampling;
   w.put(s.temperature), w.put(s.top_k), w.put(s.top_p), w.put(s.min_p), w.put(s.repeat_penalty);
   w.put(s.presence_penalty), w.put(s.frequency_penalty), w.put(s.penalty_last_n), w.put(s.seed);
+  w.put<uint32_t>(static_cast<uint32_t>(s.logit_bias.size()));
+  for (const auto& [token, bias] : s.logit_bias) w.put(token), w.put(bias);
   w.put<uint32_t>(static_cast<uint32_t>(o.stop.size()));
   for (const std::string& stop : o.stop) w.put_string(stop);
   w.put<uint8_t>(o.stop_at_eog ? 1 : 0);
@@ -102,6 +104,11 @@ GenerateOptions get_options(Reader& r) {
   s.frequency_penalty = r.get<float>();
   s.penalty_last_n = r.get<int>();
   s.seed = r.get<uint64_t>();
+  const uint32_t n_bias = r.get<uint32_t>();
+  for (uint32_t i = 0; i < n_bias; ++i) {
+    const int32_t token = r.get<int32_t>();
+    s.logit_bias.emplace_back(token, r.get<float>());
+  }
   const uint32_t n_stop = r.get<uint32_t>();
   for (uint32_t i = 0; i < n_stop; ++i) o.stop.push_back(r.get_string());
   o.stop_at_eog = r.get<uint8_t>() != 0;

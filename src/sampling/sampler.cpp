@@ -1,4 +1,5 @@
-// Sampling pipeline; order follows common practice (and llama.cpp's default chain): penalties →
+// Sampling pipeline; order follows common practice (and llama.cpp's default chain): logit bias →
+// penalties →
 // top-k → temperature-scaled softmax → top-p → min-p → draw.
 #include "sampling/sampler.h"
 
@@ -34,8 +35,11 @@ void Sampler::accept(int32_t token) {
 
 std::span<const float> Sampler::penalized(std::span<const float> logits_in, std::vector<float>& logits) const {
   const bool penalize = p_.repeat_penalty != 1.0f || p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f;
-  if (!penalize || counts_.empty()) return logits_in;
+  if ((!penalize || counts_.empty()) && p_.logit_bias.empty()) return logits_in;
   logits.assign(logits_in.begin(), logits_in.end());
+  for (const auto& [tok, bias] : p_.logit_bias)
+    if (tok >= 0 && tok < static_cast<int32_t>(logits.size())) logits[tok] += bias;
+  if (!penalize) return logits;
   for (const auto& [tok, n] : counts_) {
     if (tok < 0 || tok >= static_cast<int32_t>(logits.size())) continue;
     float& v = logits[tok];

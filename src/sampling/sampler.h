@@ -1,4 +1,4 @@
-// Token sampling: penalties (repetition, presence, frequency) over recent tokens, then greedy or
+// Token sampling: logit biases, penalties (repetition, presence, frequency) over recent tokens, then greedy or
 // temperature sampling filtered by top-k, top-p and min-p. A seed makes a run reproducible: the
 // generator is owned by the sampler and advanced once per sampled token.
 #pragma once
@@ -8,6 +8,7 @@
 #include <random>
 #include <span>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace sluice {
@@ -22,6 +23,7 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;
   int penalty_last_n = 64;   // how many recent tokens the penalties look at
   uint64_t seed = 0xC0FFEE;
+  std::vector<std::pair<int32_t, float>> logit_bias;  // added to the tokens' logits first
 };
 
 class Sampler {
@@ -46,7 +48,7 @@ class Sampler {
     std::vector<int32_t> ids;
     std::vector<double> prob;
   };
-  // Logits after the penalties (a copy in `buf` when they apply, else `logits` itself).
+  // Logits after the biases and penalties (a copy in `buf` when any apply, else `logits` itself).
   std::span<const float> penalized(std::span<const float> logits, std::vector<float>& buf) const;
   // Top-k, temperature softmax, top-p and min-p; `prob` is normalised over top-k before the cuts,
   // as the draw weighs the kept ones.

@@ -8,8 +8,8 @@
 
 #include <limits>
 #include <random>
-#include <set>
 
+#include "fields.h"
 #include "structured.h"
 
 namespace sluice::server {
@@ -20,6 +20,8 @@ using json = nlohmann::json;
 
 // OpenAI allows 20 alternatives per token (chat) and 5 (completions); both get 20 here.
 constexpr int kMaxLogprobs = 20;
+// OpenAI's limit on choices per request; each one holds a slot while it runs.
+constexpr int kMaxChoices = 128;
 
 double number(const json& body, const char* name, double def, double lo, double hi) {
   const json* v = field(body, name);
@@ -273,80 +275,8 @@ std::vector<int32_t> completion_prompt(const json& body, Engine& engine) {
   return ids;
 }
 
-// Every field each API accepts; any other is refused by name rather than silently ignored.
-const std::set<std::string>& known_fields(Api api) {
-  static const std::set<std::string> chat = {"model",
-                                             "messages",
-                                             "stream",
-                                             "stream_options",
-                                             "n",
-                                             "temperature",
-                                             "top_p",
-                                             "top_k",
-                                             "min_p",
-                                             "presence_penalty",
-                                             "frequency_penalty",
-                                             "repeat_penalty",
-                                             "seed",
-                                             "ignore_eos",
-                                             "stop",
-                                             "max_tokens",
-                                             "max_completion_tokens",
-                                             "tools",
-                                             "tool_choice",
-                                             "parallel_tool_calls",
-                                             "logprobs",
-                                             "top_logprobs",
-                                             "response_format",
-                                             "user",
-                                             "store",
-                                             "logit_bias",
-                                             "reasoning_effort",
-                                             "chat_template_kwargs",
-                                             "grammar",
-                                             "json_schema"};
-  static const std::set<std::string> completion = {"model",
-                                                   "prompt",
-                                                   "stream",
-                                                   "stream_options",
-                                                   "n",
-                                                   "best_of",
-                                                   "temperature",
-                                                   "top_p",
-                                                   "top_k",
-                                                   "min_p",
-                                                   "presence_penalty",
-                                                   "frequency_penalty",
-                                                   "repeat_penalty",
-                                                   "seed",
-                                                   "ignore_eos",
-                                                   "stop",
-                                                   "max_tokens",
-                                                   "logprobs",
-                                                   "echo",
-                                                   "suffix",
-                                                   "user",
-                                                   "logit_bias",
-                                                   "response_format",
-                                                   "grammar",
-                                                   "json_schema"};
-  static const std::set<std::string> messages = {
-      "model", "messages", "system", "max_tokens",  "stop_sequences", "stream",  "temperature",
-      "top_p", "top_k",    "tools",  "tool_choice", "thinking",       "metadata"};
-  return api == Api::kChat ? chat : api == Api::kCompletion ? completion : messages;
-}
-
-// Fields that are known but whose non-default values sluice does not implement: 400 naming them.
-void refuse_unimplemented(const json& body, Api api) {
-  for (const auto& [key, value] : body.items())
-    if (!value.is_null() && !known_fields(api).contains(key))
-      bad(key, fmt::format("'{}' is not a supported request field", key), "unsupported_parameter");
-  if (const json* lb = field(body, "logit_bias"); lb && !(lb->is_object() && lb->empty()))
-    bad("logit_bias", "'logit_bias' is not supported (only an empty object)",
-        "unsupported_parameter");
-  if (boolean(body, "store", false))
-    bad("store", "'store': true is not supported: sluice stores no completions",
-        "unsupported_parameter");
+// Values of implemented fields that sluice does not honour: 400 naming them.
+void refuse_unimplemented(const json& body) {
   if (boolean(body, "echo", false))
     bad("echo", "'echo': true is not supported", "unsupported_parameter");
   if (const json* s = field(body, "suffix");
@@ -355,19 +285,61 @@ void refuse_unimplemented(const json& body, Api api) {
         "unsupported_parameter");
   if (integer(body, "best_of", 1, 1, std::numeric_limits<int32_t>::max()) != 1)
     bad("best_of", "only best_of = 1 is supported");
-  if (const json* u = field(body, "user"); u && !u->is_string())
-    bad("user", "'user' must be a string", "invalid_type");
-  if (const json* md = field(body, "metadata"); md && !md->is_object())
-    bad("metadata", "'metadata' must be an object", "invalid_type");
+}
+
+// logit_bias: {"token id": bias} (OpenAI) or [[id, bias], ...] (llama-server); a bias of false
+// (llama-server) bans the token. Biases lie in [-100, 100]; -100 bans in practice.
+std::vector<std::pair<int32_t, float>> logit_bias(const json& body, const Engine& engine) {
+  std::vector<std::pair<int32_t, float>> out;
+  const json* lb = field(body, "logit_bias");
+  if (!lb) return out;
+  auto add = [&](const std::string& key, const json& v) {
+    const std::string p = "logit_bias";
+    size_t used = 0;
+    long long id = -1;
+    try {
+      id = std::stoll(key, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != key.size())
+      bad(p, fmt::format("'logit_bias' key '{}' is not a token id", key), "invalid_type");
+    if (id < 0 || id >= engine.info().n_vocab)
+      bad(p, fmt::format("'logit_bias' token id {} is outside the vocabulary (0..{})", id,
+                         engine.info().n_vocab - 1));
+    float bias = 0;
+    if (v.is_boolean() && !v.get<bool>())
+      bias = -std::numeric_limits<float>::infinity();
+    else if (v.is_number() && v.get<double>() >= -100 && v.get<double>() <= 100)
+      bias = v.get<float>();
+    else
+      bad(p, fmt::format("'logit_bias' of token {} must be a number between -100 and 100", id),
+          "invalid_value");
+    out.emplace_back(static_cast<int32_t>(id), bias);
+  };
+  if (lb->is_object()) {
+    for (const auto& [key, v] : lb->items()) add(key, v);
+  } else if (lb->is_array()) {
+    for (const json& pair : *lb) {
+      if (!pair.is_array() || pair.size() != 2 || !pair[0].is_number_integer())
+        bad("logit_bias", "'logit_bias' as an array holds [token id, bias] pairs", "invalid_type");
+      add(std::to_string(pair[0].get<int64_t>()), pair[1]);
+    }
+  } else {
+    bad("logit_bias", "'logit_bias' must be an object mapping token ids to biases",
+        "invalid_type");
+  }
+  return out;
 }
 
 }  // namespace
 
 ParsedRequest parse_request(Api api, const std::string& text, Engine& engine) {
-  json body = json::parse(text, nullptr, false);
-  if (body.is_discarded()) bad("", "the request body is not valid JSON", "invalid_json");
-  if (!body.is_object()) bad("", "the request body must be a JSON object", "invalid_type");
-  refuse_unimplemented(body, api);
+  json raw = json::parse(text, nullptr, false);
+  if (raw.is_discarded()) bad("", "the request body is not valid JSON", "invalid_json");
+  if (!raw.is_object()) bad("", "the request body must be a JSON object", "invalid_type");
+  const json body = normalize_fields(raw, api);
+  refuse_unimplemented(body);
   ParsedRequest pr;
   pr.api = api;
   if (const json* m = field(body, "model"); m && !m->is_string())
@@ -382,8 +354,7 @@ ParsedRequest parse_request(Api api, const std::string& text, Engine& engine) {
             "unsupported_parameter");
     pr.include_usage = boolean(*so, "include_usage", false);
   }
-  if (integer(body, "n", 1, 1, std::numeric_limits<int32_t>::max()) != 1)
-    bad("n", "only n = 1 is supported");
+  pr.n = static_cast<int>(integer(body, "n", 1, 1, kMaxChoices));
 
   GenerateOptions& o = pr.request.options;
   SamplingOptions& s = o.sampling;
@@ -394,6 +365,10 @@ ParsedRequest parse_request(Api api, const std::string& text, Engine& engine) {
   s.presence_penalty = static_cast<float>(number(body, "presence_penalty", 0, -2, 2));
   s.frequency_penalty = static_cast<float>(number(body, "frequency_penalty", 0, -2, 2));
   s.repeat_penalty = static_cast<float>(number(body, "repeat_penalty", 1, 0, 10));
+  // −1 (llama-server): the whole context.
+  s.penalty_last_n = static_cast<int>(integer(body, "penalty_last_n", s.penalty_last_n, -1, 1 << 24));
+  if (s.penalty_last_n < 0) s.penalty_last_n = 1 << 24;
+  s.logit_bias = logit_bias(body, engine);
   if (field(body, "seed"))
     s.seed = static_cast<uint64_t>(integer(body, "seed", 0, std::numeric_limits<int64_t>::min(),
                                            std::numeric_limits<int64_t>::max()));
@@ -483,7 +458,7 @@ ParsedRequest parse_request(Api api, const std::string& text, Engine& engine) {
   // Without a chat template the prompt is plain "User:"/"Assistant:" text; stop before the model
   // writes the user's next turn itself.
   for (std::string& stop : chat_stop_strings(engine)) o.stop.push_back(std::move(stop));
-  std::string rendered;
+  std::string& rendered = pr.rendered;
   try {
     pr.request.prompt =
         chat_prompt_tokens(engine, to_text(messages), tools.is_null() ? "" : to_text(tools),

@@ -43,6 +43,8 @@ struct ParsedRequest {
   ChatSyntax syntax = ChatSyntax::kPlain;  // chat and messages: how the reply is read back
   ChatOutputOptions output;
   int max_tool_calls = -1;  // parallel_tool_calls false: 1; else unbounded
+  int n = 1;                // choices (OpenAI's n): requests sharing the prompt
+  std::string rendered;     // chat and messages: the prompt text the chat template rendered
 };
 
 // Parses and validates a request body for `api`; tokenizes the prompt (chat: through the model's
@@ -57,13 +59,32 @@ inline std::string to_text(const nlohmann::json& j) {
 // Error bodies: OpenAI shape, or Anthropic's {"type":"error","error":{"type","message"}}.
 nlohmann::json error_body(Api api, const ApiError& e);
 
+// One reply shape (OpenAI, Anthropic, llama-server, Ollama): what a route sends for one choice of
+// a completion, whole or as a stream. Stateful (parsers, open blocks): one per choice, one thread.
+class Reply {
+ public:
+  virtual ~Reply() = default;
+  virtual const char* stream_type() const { return "text/event-stream"; }
+  virtual nlohmann::json full(const GenerateResult& r) = 0;  // non-streaming body
+  virtual std::string stream_begin() = 0;
+  virtual std::string stream_text(const std::string& text,
+                                  const std::vector<TokenLogprob>& logprobs) = 0;
+  // The stream's last events (a single choice).
+  virtual std::string stream_end(const GenerateResult& r, bool include_usage) = 0;
+  // Several choices in one stream (OpenAI's n): each choice's last event, then one close.
+  virtual std::string stream_choice_end(const GenerateResult& r) { return stream_end(r, false); }
+  virtual std::string stream_close(bool /*include_usage*/, int /*n_generated*/) { return {}; }
+  virtual std::string stream_error(const ApiError& e) const = 0;
+};
+
 // Response formatting for one request. `id` and `created` are fixed per request. For chat and
 // messages the generated text goes through the model family's ChatOutputParser, so reasoning and
 // tool calls leave as their own fields (reasoning_content / thinking, tool_calls / tool_use).
 // Stateful (the parser, Anthropic's open content block): one per request, used from one thread.
-class ResponseFormat {
+class ResponseFormat : public Reply {
  public:
   Api api = Api::kChat;
+  int index = 0;            // the choice's index (OpenAI's n)
   std::string id, model;
   int64_t created = 0;
   int n_prompt_tokens = 0;  // the whole prompt (cached prefix included), for usage
@@ -72,12 +93,17 @@ class ResponseFormat {
   int max_tool_calls = -1;
   const Engine* engine = nullptr;  // token texts for logprobs (GenerateOptions::logprobs ≥ 0)
 
-  nlohmann::json full(const GenerateResult& r);  // non-streaming body
+  nlohmann::json full(const GenerateResult& r) override;  // non-streaming body
   // SSE events, each a complete "data: ...\n\n" (or "event: ...\ndata: ...\n\n") block.
-  std::string stream_begin();
-  std::string stream_text(const std::string& text, const std::vector<TokenLogprob>& logprobs);
-  std::string stream_end(const GenerateResult& r, bool include_usage);
-  std::string stream_error(const ApiError& e) const;
+  std::string stream_begin() override;
+  std::string stream_text(const std::string& text,
+                          const std::vector<TokenLogprob>& logprobs) override;
+  std::string stream_end(const GenerateResult& r, bool include_usage) override;
+  std::string stream_choice_end(const GenerateResult& r) override;
+  std::string stream_close(bool include_usage, int n_generated) override;
+  std::string stream_error(const ApiError& e) const override;
+  // Bodies of several choices of one request as one: their choices, usage summed.
+  static nlohmann::json merge(const std::vector<nlohmann::json>& bodies);
 
  private:
   bool parsed() const { return api != Api::kCompletion; }

@@ -116,7 +116,7 @@ json ResponseFormat::full(const GenerateResult& r) {
   json usage = {{"prompt_tokens", n_prompt_tokens},
                 {"completion_tokens", n_gen},
                 {"total_tokens", n_prompt_tokens + n_gen}};
-  json choice = {{"index", 0}, {"finish_reason", finish_reason(r, calls)}, {"logprobs", nullptr}};
+  json choice = {{"index", index}, {"finish_reason", finish_reason(r, calls)}, {"logprobs", nullptr}};
   if (engine) choice["logprobs"] = logprobs_json(r.logprobs);
   if (api == Api::kChat) {
     json message = {
@@ -143,7 +143,7 @@ json ResponseFormat::full(const GenerateResult& r) {
 }
 
 std::string ResponseFormat::chat_chunk(json delta, json logprobs) const {
-  json choice = {{"index", 0}, {"finish_reason", nullptr}, {"logprobs", std::move(logprobs)}};
+  json choice = {{"index", index}, {"finish_reason", nullptr}, {"logprobs", std::move(logprobs)}};
   if (api == Api::kChat)
     choice["delta"] = std::move(delta);
   else
@@ -241,9 +241,10 @@ std::string ResponseFormat::stream_text(const std::string& text,
 
 std::string ResponseFormat::stream_end(const GenerateResult& r, bool include_usage) {
   const int n_gen = static_cast<int>(r.tokens.size());
-  std::string out = parsed() ? stream_deltas(read("", true), nullptr) : std::string();
+  if (api != Api::kMessages) return stream_choice_end(r) + stream_close(include_usage, n_gen);
+  std::string out = stream_deltas(read("", true), nullptr);
   const bool calls = n_calls_ > 0;
-  if (api == Api::kMessages) {
+  {
     if (next_block_ == 0) out += anthropic_block({ChatDelta::Kind::kContent, "", "", "", 0});
     return out + anthropic_close() +
            sse_event(
@@ -253,20 +254,27 @@ std::string ResponseFormat::stream_end(const GenerateResult& r, bool include_usa
                 {"usage", {{"output_tokens", n_gen}}}}) +
            sse_event("message_stop", {{"type", "message_stop"}});
   }
-  const char* object = api == Api::kChat ? "chat.completion.chunk" : "text_completion";
-  json choice = {{"index", 0}, {"finish_reason", finish_reason(r, calls)}, {"logprobs", nullptr}};
+}
+
+std::string ResponseFormat::stream_choice_end(const GenerateResult& r) {
+  std::string out = parsed() ? stream_deltas(read("", true), nullptr) : std::string();
+  json choice = {{"index", index}, {"finish_reason", finish_reason(r, n_calls_ > 0)}, {"logprobs", nullptr}};
   if (api == Api::kChat)
     choice["delta"] = json::object();
   else
     choice["text"] = "";
-  out += sse({{"id", id},
-              {"object", object},
-              {"created", created},
-              {"model", model},
-              {"choices", json::array({choice})}});
+  return out + sse({{"id", id},
+                    {"object", api == Api::kChat ? "chat.completion.chunk" : "text_completion"},
+                    {"created", created},
+                    {"model", model},
+                    {"choices", json::array({choice})}});
+}
+
+std::string ResponseFormat::stream_close(bool include_usage, int n_gen) {
+  std::string out;
   if (include_usage)
     out += sse({{"id", id},
-                {"object", object},
+                {"object", api == Api::kChat ? "chat.completion.chunk" : "text_completion"},
                 {"created", created},
                 {"model", model},
                 {"choices", json::array()},
@@ -275,6 +283,18 @@ std::string ResponseFormat::stream_end(const GenerateResult& r, bool include_usa
                   {"completion_tokens", n_gen},
                   {"total_tokens", n_prompt_tokens + n_gen}}}});
   return out + "data: [DONE]\n\n";
+}
+
+json ResponseFormat::merge(const std::vector<json>& bodies) {
+  json out = bodies.at(0);
+  int completion = out["usage"]["completion_tokens"];
+  for (size_t i = 1; i < bodies.size(); ++i) {
+    out["choices"].push_back(bodies[i]["choices"][0]);
+    completion += bodies[i]["usage"]["completion_tokens"].get<int>();
+  }
+  out["usage"]["completion_tokens"] = completion;
+  out["usage"]["total_tokens"] = out["usage"]["prompt_tokens"].get<int>() + completion;
+  return out;
 }
 
 std::string ResponseFormat::stream_error(const ApiError& e) const {

@@ -1,12 +1,7 @@
-// HTTP routes of `sluice serve` (see server.h). Each request is parsed and validated on an httplib
-// worker thread, submitted to the Scheduler, and answered from its handle: non-streaming requests
-// wait for the final event; streaming requests write SSE events from a chunked content provider.
-// A failed write (the client went away) ends the provider, and its releaser cancels the request so
-// the scheduler frees its KV at the next token boundary. While a streaming request waits with
-// nothing to send (queued, long prefill), an SSE comment is written every second so a vanished
-// client is noticed there too; a non-streaming request polls its connection while it waits and
-// is cancelled when the client is gone. Connection handling (deadlines, limits, binding) lives in
-// http_server.h.
+// `sluice serve` (see server.h): the HTTP server's setup — authentication, CORS, the error reply
+// and access log, /health and /metrics, the route families (completions in routes.h, the
+// llama-server and Ollama families in their own files) and the signal-driven shutdown.
+// Connection handling (deadlines, limits, binding) lives in http_server.h.
 #include "server.h"
 
 #include <fmt/format.h>
@@ -32,6 +27,7 @@
 
 #include "api.h"
 #include "http_server.h"
+#include "routes.h"
 
 namespace sluice::server {
 
@@ -40,66 +36,11 @@ namespace {
 using json = nlohmann::json;
 using namespace std::chrono_literals;
 
-// A Prometheus histogram of seconds.
-class Histogram {
- public:
-  void observe(double seconds) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (size_t i = 0; i < kBounds.size(); ++i)
-      if (seconds <= kBounds[i]) ++counts_[i];
-    ++count_;
-    sum_ += seconds;
-  }
-  std::string text(const char* name, const char* help) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    std::string out = fmt::format("# HELP sluice_{0} {1}\n# TYPE sluice_{0} histogram\n", name, help);
-    for (size_t i = 0; i < kBounds.size(); ++i) out += fmt::format("sluice_{}_bucket{{le=\"{}\"}} {}\n", name, kBounds[i], counts_[i]);
-    return out + fmt::format("sluice_{0}_bucket{{le=\"+Inf\"}} {1}\nsluice_{0}_sum {2}\nsluice_{0}_count {1}\n", name, count_, sum_);
-  }
-
- private:
-  static constexpr std::array<double, 12> kBounds = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
-  std::mutex mutex_;
-  std::array<uint64_t, 12> counts_{};
-  uint64_t count_ = 0;
-  double sum_ = 0;
-};
-
-struct Counters {
-  std::mutex mutex;
-  std::map<int, uint64_t> by_status;  // HTTP responses by status code
-  Histogram ttft;                     // submission to first generated text
-  Histogram latency;                  // submission to the final event
-};
-
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-void send_error(httplib::Response& res, Api api, const ApiError& e) {
-  res.status = e.status;
-  res.set_content(to_text(error_body(api, e)), "application/json");
-}
-
-Api api_of_path(const std::string& path) { return path == "/v1/messages" ? Api::kMessages : Api::kChat; }
-
-// Streaming state shared by the content provider and its releaser.
-struct Stream {
-  std::shared_ptr<CompletionHandle> handle;
-  ResponseFormat format;
-  bool include_usage = false;
-  bool begun = false, finished = false, first_text = true;
-  double timeout_seconds = 0;
-  Clock::time_point submitted;
-};
-
-ApiError shutdown_error() {
-  return ApiError(503, "the server is shutting down and the request did not finish within its grace period",
-                  "server_error", "", "server_shutdown");
-}
-
-ApiError timeout_error(double secs) {
-  return ApiError(504, fmt::format("the request did not finish within the server's {} s timeout", secs),
-                  "timeout_error", "", "timeout");
+Api api_of_path(const std::string& path) {
+  return path.starts_with("/v1/messages") ? Api::kMessages : Api::kChat;
 }
 
 // /health: "ok", and for a pipeline its stage count and state; a failed pipeline is an error (the
@@ -170,192 +111,6 @@ std::string metrics_text(const SchedulerStats& s, Counters& counters) {
   return out;
 }
 
-class Routes {
- public:
-  Routes(Engine& engine, Scheduler& scheduler, const ServerOptions& options, Counters& counters)
-      : engine_(engine), scheduler_(scheduler), options_(options), counters_(counters),
-        id_prefix_(fmt::format("{:08x}", std::random_device{}())) {}
-
-  void completion(Api api, const httplib::Request& req, httplib::Response& res) {
-    ParsedRequest pr;
-    try {
-      pr = parse_request(api, req.body, engine_);
-    } catch (const ApiError& e) {
-      return send_error(res, api, e);
-    } catch (const sluice::Error& e) {  // the engine refused the input (chat template, tokens)
-      return send_error(res, api, ApiError(400, e.what(), "invalid_request_error"));
-    } catch (const std::exception& e) {
-      return send_error(res, api, ApiError(400, e.what(), "invalid_request_error"));
-    }
-    pr.request.timeout_seconds = options_.timeout_seconds;
-    ResponseFormat format;
-    format.api = api;
-    const char* prefix = api == Api::kMessages ? "msg_" : api == Api::kChat ? "chatcmpl-" : "cmpl-";
-    format.id = fmt::format("{}{}{:06}", prefix, id_prefix_, ++next_id_);
-    format.model = options_.model_name;
-    format.created = static_cast<int64_t>(std::time(nullptr));
-    format.n_prompt_tokens = static_cast<int>(pr.request.prompt.size());
-    format.syntax = pr.syntax;
-    format.output = pr.output;
-    format.max_tool_calls = pr.max_tool_calls;
-    if (pr.request.options.logprobs >= 0) format.engine = &engine_;
-
-    const Clock::time_point submitted = Clock::now();
-    Submission sub = scheduler_.submit(std::move(pr.request));
-    if (sub.status == SubmitStatus::kQueueFull) {
-      res.set_header("Retry-After", "1");
-      return send_error(res, api, ApiError(503, "the server is busy: " + sub.message, api == Api::kMessages ? "overloaded_error" : "server_error", "", "queue_full"));
-    }
-    if (sub.status == SubmitStatus::kContextOverflow)
-      return send_error(res, api, ApiError(400, sub.message, "invalid_request_error", pr.prompt_field, "context_length_exceeded"));
-    if (sub.status != SubmitStatus::kOk)
-      return send_error(res, api, ApiError(400, sub.message, "invalid_request_error", pr.prompt_field));
-    track(sub.handle);
-
-    if (!pr.stream) return wait_full(api, format, sub.handle, submitted, res);
-    auto st = std::make_shared<Stream>();
-    st->handle = sub.handle;
-    st->format = std::move(format);
-    st->include_usage = pr.include_usage;
-    st->timeout_seconds = options_.timeout_seconds;
-    st->submitted = submitted;
-    res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider(
-        "text/event-stream", [this, st](size_t, httplib::DataSink& sink) { return write_events(*st, sink); },
-        [st](bool) { st->handle->cancel(); });
-  }
-
-  json model_object() const {
-    return {{"id", options_.model_name},
-            {"object", "model"},
-            {"created", static_cast<int64_t>(std::time(nullptr))},
-            {"owned_by", "sluice"},
-            {"meta", {{"architecture", engine_.info().architecture}, {"n_ctx", scheduler_.n_ctx()}}}};
-  }
-
-  void models(httplib::Response& res) {
-    res.set_content(to_text(json{{"object", "list"}, {"data", json::array({model_object()})}}), "application/json");
-  }
-
-  void model(const std::string& id, httplib::Response& res) {
-    if (id != options_.model_name)
-      return send_error(res, Api::kChat, ApiError(404, fmt::format("no model '{}' (this server serves '{}')", id, options_.model_name),
-                                                  "invalid_request_error", "model", "model_not_found"));
-    res.set_content(to_text(model_object()), "application/json");
-  }
-
-  // The shutdown's last step: requests still running after the grace period are cancelled and
-  // answered with shutdown_error(). `now`: answered with `now` at once instead, without waiting for
-  // the scheduler (a pipeline's may be stuck on a dead stage).
-  void end_all(const std::string& now = "") {
-    shutting_down_ = true;
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (auto& w : running_)
-      if (auto h = w.lock()) now.empty() ? h->cancel() : h->abandon(now);
-  }
-  size_t running() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    size_t n = 0;
-    for (auto& w : running_)
-      if (auto h = w.lock()) n += !h->finished();
-    return n;
-  }
-
- private:
-  void track(const std::shared_ptr<CompletionHandle>& h) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    std::erase_if(running_, [](const std::weak_ptr<CompletionHandle>& w) { return w.expired(); });
-    running_.push_back(h);
-  }
-
-  // The final event's error, if it is one: engine error, shutdown or timeout.
-  std::optional<ApiError> final_error(Api api, const CompletionEvent& ev) const {
-    if (ev.kind == CompletionEvent::Kind::kError) return ApiError(500, ev.text, api == Api::kMessages ? "api_error" : "server_error");
-    if (ev.timed_out) return timeout_error(options_.timeout_seconds);
-    if (shutting_down_ && ev.result.finish == FinishReason::kCancelled) return shutdown_error();
-    return std::nullopt;
-  }
-
-  // Non-streaming: waits for the final event, checking the connection every 100 ms; a client that
-  // has gone away cancels the request, which frees its slot at the next token boundary.
-  void wait_full(Api api, ResponseFormat& format, const std::shared_ptr<CompletionHandle>& h,
-                 Clock::time_point submitted, httplib::Response& res) {
-    CompletionEvent ev;
-    bool first = true, cancelled = false;
-    Clock::time_point checked = Clock::now();
-    for (;;) {
-      const bool got = h->next(ev, 100ms);
-      if (!cancelled && Clock::now() - checked >= 100ms) {
-        checked = Clock::now();
-        if (!HttpServer::client_connected()) {
-          h->cancel();
-          cancelled = true;
-        }
-      }
-      if (!got || ev.kind == CompletionEvent::Kind::kText) {
-        if (got && first) counters_.ttft.observe(seconds_since(submitted));
-        first = first && !got;
-        continue;
-      }
-      break;
-    }
-    counters_.latency.observe(seconds_since(submitted));
-    if (auto e = final_error(api, ev)) return send_error(res, api, *e);
-    if (cancelled) return send_error(res, api, ApiError(499, "the client closed the connection", "invalid_request_error", "", "client_closed"));
-    res.set_content(to_text(format.full(ev.result)), "application/json");
-  }
-
-  // Writes every event that is ready (waiting up to a second for the first); false ends the
-  // response, which happens when a write fails because the client is gone.
-  bool write_events(Stream& st, httplib::DataSink& sink) {
-    if (st.finished) {
-      sink.done();
-      return true;
-    }
-    std::string out;
-    if (!st.begun) {
-      st.begun = true;
-      out = st.format.stream_begin();
-    }
-    CompletionEvent ev;
-    bool got = st.handle->next(ev, 1000ms);
-    if (!got && out.empty()) out = ": keep-alive\n\n";
-    while (got) {
-      if (ev.kind == CompletionEvent::Kind::kText) {
-        if (st.first_text) counters_.ttft.observe(seconds_since(st.submitted));
-        st.first_text = false;
-        out += st.format.stream_text(ev.text, ev.logprobs);
-      } else {
-        st.finished = true;
-        counters_.latency.observe(seconds_since(st.submitted));
-        if (auto e = final_error(st.format.api, ev))
-          out += st.format.stream_error(*e);
-        else
-          out += st.format.stream_end(ev.result, st.include_usage);
-        break;
-      }
-      got = st.handle->next(ev, 0ms);
-    }
-    // Events whose text is all held back (a partial stop string or turn marker, an incomplete UTF-8
-    // sequence) give no bytes. httplib takes a zero-length write as the end of the data and ends
-    // the response without its final chunk, so nothing is written until there is something.
-    if (out.empty()) return true;
-    if (!sink.write(out.data(), out.size())) return false;
-    if (st.finished) sink.done();
-    return true;
-  }
-
-  Engine& engine_;
-  Scheduler& scheduler_;
-  const ServerOptions& options_;
-  Counters& counters_;
-  std::string id_prefix_;
-  std::atomic<uint64_t> next_id_{0};
-  std::atomic<bool> shutting_down_{false};
-  std::mutex mutex_;
-  std::vector<std::weak_ptr<CompletionHandle>> running_;
-};
-
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
@@ -379,14 +134,6 @@ std::string utc_now() {
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
   return fmt::format("{}.{:03}Z", buf, ms);
-}
-
-// Every route handler first tells the connection layer that its request has been read.
-httplib::Server::Handler routed(httplib::Server::Handler fn) {
-  return [fn = std::move(fn)](const httplib::Request& req, httplib::Response& res) {
-    if (HttpServer::route_entered(req)) return fn(req, res);
-    res.status = 413;  // the error reply words it
-  };
 }
 
 // A client's text for messages and the log: control bytes and bytes outside ASCII as %XX, so a
@@ -445,18 +192,6 @@ ApiError connection_error(const httplib::Request& req, int status, const std::op
   }
 }
 
-// Routes and the methods they accept, for 405 answers.
-const std::map<std::string, std::string>& route_methods() {
-  static const std::map<std::string, std::string> m = {{"/health", "GET"},
-                                                       {"/metrics", "GET"},
-                                                       {"/v1/models", "GET"},
-                                                       {"/v1/models/", "GET"},
-                                                       {"/v1/chat/completions", "POST"},
-                                                       {"/v1/completions", "POST"},
-                                                       {"/v1/messages", "POST"}};
-  return m;
-}
-
 }  // namespace
 
 size_t worker_threads(const ServerOptions& o) {
@@ -478,6 +213,17 @@ int serve(Engine& engine, const ServerOptions& o) {
   Scheduler scheduler(engine, so);
   Counters counters;
   Routes routes(engine, scheduler, o, counters);
+  // Routes and the methods they accept, for 405 answers.
+  std::map<std::string, std::string> methods = {{"/health", "GET"},
+                                                {"/metrics", "GET"},
+                                                {"/v1/models", "GET"},
+                                                {"/v1/models/", "GET"},
+                                                {"/v1/chat/completions", "POST"},
+                                                {"/chat/completions", "POST"},
+                                                {"/v1/completions", "POST"},
+                                                {"/completions", "POST"},
+                                                {"/v1/messages", "POST"},
+                                                {"/v1/messages/count_tokens", "POST"}};
   ConnectionLimits limits;
   limits.request_read_deadline = std::chrono::milliseconds(static_cast<int64_t>(o.request_read_seconds * 1000));
   limits.max_reading = o.max_reading;
@@ -500,10 +246,10 @@ int serve(Engine& engine, const ServerOptions& o) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
     const std::optional<ReadProblem> problem = HttpServer::read_problem();
     if (problem) res.status = problem->status;
-    const auto route = route_methods().find(req.path);
+    const auto route = methods.find(req.path);
     const bool model_path = req.path.rfind("/v1/models/", 0) == 0;  // GET matches every one
-    if (res.status == 404 && (route != route_methods().end() || model_path)) {
-      const std::string allow = route != route_methods().end() ? route->second : "GET";
+    if (res.status == 404 && (route != methods.end() || model_path)) {
+      const std::string allow = route != methods.end() ? route->second : "GET";
       res.status = 405;
       res.set_header("Allow", allow);
       send_error(res, api_of_path(req.path),
@@ -563,9 +309,17 @@ int serve(Engine& engine, const ServerOptions& o) {
   // "/v1/models/" (a trailing slash, as some clients join paths) is the list too.
   svr.Get(R"(/v1/models/?)", routed([&](const httplib::Request&, httplib::Response& res) { routes.models(res); }));
   svr.Get(R"(/v1/models/(.+))", routed([&](const httplib::Request& req, httplib::Response& res) { routes.model(req.matches[1], res); }));
-  svr.Post("/v1/chat/completions", routed([&](const httplib::Request& req, httplib::Response& res) { routes.completion(Api::kChat, req, res); }));
-  svr.Post("/v1/completions", routed([&](const httplib::Request& req, httplib::Response& res) { routes.completion(Api::kCompletion, req, res); }));
+  // Without /v1 too, as llama-server answers them (clients whose base URL lacks it).
+  for (const char* path : {"/v1/chat/completions", "/chat/completions"})
+    svr.Post(path, routed([&](const httplib::Request& req, httplib::Response& res) { routes.completion(Api::kChat, req, res); }));
+  for (const char* path : {"/v1/completions", "/completions"})
+    svr.Post(path, routed([&](const httplib::Request& req, httplib::Response& res) { routes.completion(Api::kCompletion, req, res); }));
   svr.Post("/v1/messages", routed([&](const httplib::Request& req, httplib::Response& res) { routes.completion(Api::kMessages, req, res); }));
+  svr.Post("/v1/messages/count_tokens",
+           routed([&](const httplib::Request& req, httplib::Response& res) { routes.count_tokens(req, res); }));
+  add_llama_routes(svr, routes, methods);
+  add_ollama_routes(svr, routes, methods);
+  add_responses_routes(svr, routes, methods);
 
   std::string error;
   const int port = svr.bind(o.host, o.port, error);

@@ -1,5 +1,5 @@
 // End-to-end tests of the request surface (issue 15, items 6-8): every request field is either
-// implemented or refused with a 400 naming it; logprobs come from the model's distribution and
+// implemented, ignored because it changes nothing (fields.h), or refused with a 400 naming it; logprobs come from the model's distribution and
 // agree with greedy choice; tool calls and tool results in a conversation render through the
 // model's chat template the same way from the OpenAI and the Anthropic shapes.
 #include <gtest/gtest.h>
@@ -33,10 +33,10 @@ TEST_F(ServeApi, UnimplementedFieldsAre400NamingThem) {
       {R"("response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"not":{}}}})",
        "response_format.json_schema.schema"},
       {R"("grammar":"root ::= x")", "grammar"},
-      {R"("logit_bias":{"5":10})", "logit_bias"},
+      {R"("logit_bias":{"5":1000})", "logit_bias"},
       {R"("tool_choice":"required","tools":[{"type":"function","function":{"name":"f"}}])",
        "tool_choice"},
-      {R"("store":true)", "store"},
+      {R"("store":"yes")", "store"},
       {R"("frobnicate":1)", "frobnicate"},
       {R"("top_logprobs":3)", "top_logprobs"},
       {R"("logprobs":true,"top_logprobs":21)", "top_logprobs"},
@@ -63,7 +63,8 @@ TEST_F(ServeApi, UnimplementedFieldsAre400NamingThem) {
   // The defaults of those fields are accepted, and so are constraints this model's vocabulary
   // can write (the forced tool call above has no syntax without a chat template).
   for (const std::string extra :
-       {R"("response_format":{"type":"text"})", R"("logit_bias":{})", R"("store":false)",
+       {R"("response_format":{"type":"text"})", R"("logit_bias":{})", R"("store":false)", R"("store":true)",
+        R"("logit_bias":{"5":10})", R"("metadata":{"k":"v"})",
         R"("tool_choice":"none")", R"("parallel_tool_calls":false)", R"("user":"u1")",
         R"("response_format":{"type":"json_object"})",
         R"("response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{}}})"}) {

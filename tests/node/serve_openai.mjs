@@ -1,7 +1,8 @@
 // Client tests of `sluice serve` with the official `openai` npm client (tests/e2e/serve_test.cpp
 // starts the server and runs this). usage: node serve_openai.mjs BASE_URL API_KEY
 // Checks chat and completions, streaming and not, usage, stop sequences, logprobs, a 400 for an
-// unsupported field, a tool-call turn, and that 8 concurrent
+// out-of-range field, harmless fields and n > 1, the responses API (text, streamed,
+// previous_response_id), a tool-call turn, and that 8 concurrent
 // greedy requests each get exactly the reply the same request gets alone. Prints one line per
 // check; exits 1 on the first failure.
 import assert from "node:assert/strict";
@@ -135,11 +136,15 @@ await check("logprobs and unsupported fields through the client", async () => {
     assert.equal(t.top_logprobs.length, 2);
     assert.equal(t.top_logprobs[0].token, t.token);  // greedy
   }
-  await assert.rejects(chat("hi", { logit_bias: { 5: 10 } }), (e) => {
+  await assert.rejects(chat("hi", { logit_bias: { 5: 1000 } }), (e) => {
     assert.equal(e.status, 400);
     assert.equal(e.param, "logit_bias");
     return true;
   });
+  // Harmless fields the client sends are accepted; n > 1 gives that many choices.
+  const h = await chat("hi", { max_tokens: 2, store: true, metadata: { a: "b" }, user: "u", service_tier: "auto", n: 2 });
+  assert.equal(h.choices.length, 2);
+  assert.deepEqual(h.choices.map((c) => c.index), [0, 1]);
   // A tool-call turn and its result are accepted in the shape the client builds.
   const tools = [{ type: "function", function: { name: "f", parameters: { type: "object", properties: {} } } }];
   const t = await client.chat.completions.create({
@@ -149,6 +154,26 @@ await check("logprobs and unsupported fields through the client", async () => {
                { role: "tool", tool_call_id: "c1", content: "done" }],
   });
   assert.equal(t.choices[0].message.role, "assistant");
+});
+
+await check("responses: text, streamed events, previous_response_id from the prefix cache", async () => {
+  const r = await client.responses.create({ model: "sluice", input: "Who made the heaven?", max_output_tokens: 6, temperature: 0 });
+  assert.equal(r.object, "response");
+  assert.ok(r.output_text.length > 0);
+  assert.equal(r.usage.output_tokens, r.usage.total_tokens - r.usage.input_tokens);
+  const stream = client.responses.stream({ model: "sluice", input: "Who made the heaven?", max_output_tokens: 6, temperature: 0 });
+  let deltas = "";
+  stream.on("response.output_text.delta", (e) => { deltas += e.delta; });
+  const final = await stream.finalResponse();
+  assert.equal(deltas, r.output_text);
+  assert.equal(final.output[0].content[0].text, r.output_text);
+  assert.equal(final.status, r.status);
+  const next = await client.responses.create({
+    model: "sluice", input: "And the earth?", previous_response_id: r.id, max_output_tokens: 4, temperature: 0 });
+  assert.ok(next.usage.input_tokens > r.usage.input_tokens);
+  assert.ok(next.usage.input_tokens_details.cached_tokens >= r.usage.input_tokens, JSON.stringify(next.usage));
+  await assert.rejects(client.responses.create({ model: "sluice", input: "x", previous_response_id: "resp_nope" }),
+                       (e) => { assert.equal(e.status, 404); return true; });
 });
 
 await check("concurrency: 8 clients get their single-client greedy replies", async () => {

@@ -2,6 +2,7 @@
 // matcher that withholds text which might become a stop string.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <set>
 #include <vector>
 
@@ -79,6 +80,18 @@ TEST(Sampler, PenaltiesDemoteSeenTokens) {
   EXPECT_EQ(u.sample(kLogits), 4);
   u.reset();
   EXPECT_EQ(u.sample(kLogits), 1);
+}
+
+TEST(Sampler, LogitBiasShiftsAndBansTokens) {
+  SamplingParams p = params(0.0f, 0, 1.0f, 0.0f);
+  p.logit_bias = {{5, 4.0f}};  // 0.0 + 4 > 3.0
+  EXPECT_EQ(Sampler(p).sample(kLogits), 5);
+  p.logit_bias = {{1, -std::numeric_limits<float>::infinity()}, {99, 50.0f}};  // 99: not a token
+  EXPECT_EQ(Sampler(p).sample(kLogits), 4);
+  // With temperature, a banned token never appears.
+  SamplingParams t = params(1.0f, 0, 1.0f, 0.0f);
+  t.logit_bias = {{1, -std::numeric_limits<float>::infinity()}};
+  EXPECT_FALSE(support(t).contains(1));
 }
 
 TEST(StopMatcher, WithholdsPossiblePrefixesAndCutsAtMatch) {

@@ -28,6 +28,7 @@ StepOrders sample_orders() {
   a.request.options.sampling.frequency_penalty = -0.5f;
   a.request.options.sampling.penalty_last_n = 33;
   a.request.options.sampling.seed = 0x123456789abcdefULL;
+  a.request.options.sampling.logit_bias = {{7, -100.0f}, {3, 2.5f}};
   a.request.options.stop = {"\n\n", "", "END"};
   a.request.options.stop_at_eog = false;
   a.request.options.grammar = "root ::= [0-9]+ \"\\n\"\n";
@@ -62,6 +63,7 @@ TEST(StepOrders, EveryFieldSurvivesTheTrip) {
     EXPECT_EQ(q.frequency_penalty, p.frequency_penalty);
     EXPECT_EQ(q.penalty_last_n, p.penalty_last_n);
     EXPECT_EQ(q.seed, p.seed);
+    EXPECT_EQ(q.logit_bias, p.logit_bias);
     EXPECT_EQ(y.options.stop, x.options.stop);
     EXPECT_EQ(y.options.stop_at_eog, x.options.stop_at_eog);
     EXPECT_EQ(y.options.grammar, x.options.grammar);
