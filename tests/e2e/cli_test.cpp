@@ -236,20 +236,26 @@ TEST(Cli, EveryModelCommandTakesTheModelTheSameWay) {
   EXPECT_EQ(r.status, 2) << r.out;  // both ways at once
 }
 
+// The lines of a printed table (those starting with '|').
+std::vector<std::string> table_rows(const std::string& out) {
+  std::vector<std::string> rows;
+  size_t at = 0;
+  while (at < out.size()) {
+    const size_t eol = out.find('\n', at);
+    const std::string line = out.substr(at, eol == std::string::npos ? std::string::npos : eol - at);
+    if (line.rfind("|", 0) == 0) rows.push_back(line);
+    at = eol == std::string::npos ? out.size() : eol + 1;
+  }
+  return rows;
+}
+
 // bench: one "experts:" line (it printed "experts: experts: ram"), and the table's columns line up.
 TEST(Cli, BenchTableLinesUp) {
   const Result r = run("bench -m " + kModel + " -p 16 -n 4 -r 2 -o table");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_EQ(r.out.find("experts: experts:"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("experts: ram"), std::string::npos) << r.out;
-  std::vector<std::string> rows;
-  size_t at = 0;
-  while (at < r.out.size()) {
-    const size_t eol = r.out.find('\n', at);
-    const std::string line = r.out.substr(at, eol == std::string::npos ? std::string::npos : eol - at);
-    if (line.rfind("|", 0) == 0) rows.push_back(line);
-    at = eol == std::string::npos ? r.out.size() : eol + 1;
-  }
+  const std::vector<std::string> rows = table_rows(r.out);
   ASSERT_EQ(rows.size(), 4u) << r.out;  // header, rule, pp16, tg4
   for (const std::string& row : rows) EXPECT_EQ(bar_columns(row), bar_columns(rows[0])) << row << "\n" << r.out;
 }
@@ -270,14 +276,7 @@ TEST(Cli, BenchRunsEachTestAtEachDepth) {
   }
   r = run("bench -m " + kModel + " -p 16 -n 4 -d 48 -r 1 -o table");
   ASSERT_EQ(r.status, 0) << r.out;
-  std::vector<std::string> rows;
-  size_t at = 0;
-  while (at < r.out.size()) {
-    const size_t eol = r.out.find('\n', at);
-    const std::string line = r.out.substr(at, eol == std::string::npos ? std::string::npos : eol - at);
-    if (line.rfind("|", 0) == 0) rows.push_back(line);
-    at = eol == std::string::npos ? r.out.size() : eol + 1;
-  }
+  const std::vector<std::string> rows = table_rows(r.out);
   ASSERT_EQ(rows.size(), 4u) << r.out;  // header, rule, pp16@d48, tg4@d48: -d 48 alone runs no depth 0
   for (const std::string& row : rows) EXPECT_EQ(bar_columns(row), bar_columns(rows[0])) << row << "\n" << r.out;
   r = run("bench -m " + kModel + " -d 1000 -c 128");

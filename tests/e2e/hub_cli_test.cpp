@@ -23,6 +23,7 @@
 #include "gguf/writer.h"
 #include "hub/download.h"
 #include "hub/http.h"
+#include "../unit/test_util.h"
 
 namespace {
 
@@ -32,20 +33,8 @@ using sluice::gguf::Value;
 const std::string kSluice = SLUICE_BIN;
 const std::string kServer = std::string(SLUICE_SOURCE_DIR) + "/tests/e2e/hub_server.py";
 
-struct Result {
-  int status;
-  std::string out;
-};
-
-Result sh(const std::string& cmd) {
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
+using Result = sluice::test::ShellResult;
+using sluice::test::sh;
 
 // The hub server as a child process; stopped when destroyed.
 class HubServer {

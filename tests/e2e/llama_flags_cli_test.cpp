@@ -3,29 +3,17 @@
 // an unknown or misspelled flag exits 2 naming it and the nearest known flag.
 #include <gtest/gtest.h>
 
-#include <array>
-#include <cstdio>
 #include <string>
+
+#include "../unit/test_util.h"
 
 namespace {
 
 const std::string kModel = std::string(SLUICE_SOURCE_DIR) + "/models/sluice-tiny-moe.gguf";
 
-struct Result {
-  int status;
-  std::string out;
-};
+using Result = sluice::test::ShellResult;
 
-Result run(const std::string& args) {
-  const std::string cmd = std::string(SLUICE_BIN) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
+Result run(const std::string& args) { return sluice::test::sh(std::string(SLUICE_BIN) + " " + args); }
 
 size_t count(const std::string& text, const std::string& what) {
   size_t n = 0;
