@@ -24,6 +24,7 @@
 namespace sluice {
 
 class StageLink;  // runtime/stage_link.h: the channel between pipeline stages
+class ExpertShard;  // experts/expert_shard.h: which experts this process computes
 
 struct EngineOptions {
   std::string model_path;
@@ -56,6 +57,9 @@ struct EngineOptions {
   int layer_begin = 0;
   int layer_end = -1;
   std::shared_ptr<StageLink> link = nullptr;
+  // Expert parallel (--split-mode experts): every process runs all layers and computes the routed
+  // experts this shard owns, trading slot outputs with the other processes; null: all here.
+  std::shared_ptr<ExpertShard> expert_shard = nullptr;
   // Routing traces (format: src/experts/routing_trace.h). routing_trace: every evaluated row's
   // chosen experts and lookahead prediction per layer are written to this file, complete when the
   // engine is destroyed. replay_routing: the model routes as this trace says (ids mapped into its

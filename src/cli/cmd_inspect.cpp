@@ -278,6 +278,49 @@ void print_pipeline(const gguf::File& file, const ModelReport& report, const Siz
   if (!plan.ok) fail("pipeline placement: {}", plan.reason);
 }
 
+// --plan N --experts-split: every host holds the resident weights and a KV cache, and its share
+// of each layer's routed experts (placed as `--split-mode experts` places them), planned under
+// its own budget.
+void print_expert_split(const gguf::File& file, const std::string& path, const ModelReport& report,
+                        const SizingOptions& opts, int n) {
+  std::vector<HostFacts> hosts;
+  if (pipeline_size() > 1) {
+    ModelFlags f;
+    f.model = path;
+    hosts = pipeline_hosts(f, n);
+  } else {
+    HostFacts h;
+    char name[256] = {};
+    gethostname(name, sizeof name - 1);
+    h.host = name;
+    h.budget = opts.ram ? memory_budget(MemInfo{}, *opts.ram, "--ram") : memory_budget(read_meminfo(), 0, "");
+    hosts.assign(n, h);
+  }
+  std::string how;
+  const ExpertPlacement placement = plan_expert_split(file, path, n, &how);
+  if (pipeline_rank() != 0) return;
+  PlanRequest req;
+  req.n_ctx = report.kv.ctx;
+  req.n_slots = opts.slots;
+  const MemoryFacts all = memory_facts(file, opts.kv, req.n_ctx);
+  fmt::print("expert-parallel plan, {} hosts: every host runs every layer; experts {}\n", n, how);
+  fmt::print("| rank | host | budget | experts | resident | routed share | KV | experts placed | cache |\n");
+  fmt::print("|---|---|---|---|---|---|---|---|---|\n");
+  bool ok = true;
+  for (int r = 0; r < n; ++r) {
+    MemoryFacts facts = all;
+    facts.routed_bytes = static_cast<uint64_t>(static_cast<double>(all.routed_bytes) * placement.owned_fraction(r));
+    req.budget = hosts[r].budget;
+    const MemoryPlan m = plan_memory(facts, req);
+    ok = ok && m.ok;
+    fmt::print("| {} | {} | {} ({}) | {} ({:.1f} %) | {} | {} | {} | {} | {} |\n", r, hosts[r].host,
+               format_bytes(hosts[r].budget.bytes), hosts[r].budget.source, placement.owned(r),
+               100.0 * placement.owned_fraction(r), format_bytes(facts.resident_bytes), format_bytes(facts.routed_bytes),
+               format_bytes(m.kv_bytes), m.ok ? placement_name(m.placement) : "does not fit", format_bytes(m.cache_bytes));
+  }
+  if (!ok) fail("expert-parallel plan: some host cannot hold the resident weights and its KV cache");
+}
+
 int cmd_inspect(int argc, char** argv) {
   CLI::App app{"Show a GGUF model's architecture, tensors, sizes and a RAM verdict", "sluice inspect"};
   std::string path, ram_text, disk_rate_text;
@@ -304,6 +347,9 @@ int cmd_inspect(int argc, char** argv) {
   int plan_stages = 0;
   app.add_option("--plan", plan_stages, "pipeline placement over N hosts (under mpirun: each rank's host; else N of this one)")
       ->check(CLI::Range(1, 1024));
+  bool experts_split = false;
+  app.add_flag("--experts-split", experts_split,
+               "with --plan N: plan --split-mode experts (each host runs every layer and holds its share of the experts)");
   app.add_flag("--json", json, "print JSON instead of tables");
   app.add_flag("--metadata", metadata, "also list every metadata key");
   SLUICE_PARSE(app, argc, argv);
@@ -324,6 +370,12 @@ int cmd_inspect(int argc, char** argv) {
                probe.reads, probe.direct ? "" : " (no O_DIRECT: the page cache may have served some)");
   }
   const ModelReport report = analyze_model(*file, opts);
+  if (experts_split && plan_stages < 2) fail("--experts-split needs --plan N with N of at least 2");
+  if (plan_stages > 0 && experts_split) {
+    if (inspected.remote) fail("--experts-split plans a local file (it reads the file's expert layout and heat profile)");
+    print_expert_split(*file, path, report, opts, plan_stages);
+    return 0;
+  }
   if (plan_stages > 0) {
     print_pipeline(*file, report, opts, plan_stages);
     return 0;

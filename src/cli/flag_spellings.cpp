@@ -19,7 +19,8 @@ constexpr std::pair<std::string_view, std::string_view> kAliases[] = {
     {"-np", "--parallel"},       {"-sys", "--system"},         {"-ctk", "--cache-type-k"},
     {"-ctv", "--cache-type-v"},  {"-ngl", "--n-gpu-layers"},   {"-fa", "--flash-attn"},
     {"-ub", "--ubatch-size"},    {"-tb", "--threads-batch"},   {"-ot", "--override-tensor"},
-    {"-hf", "--hf-repo"},        {"-hfr", "--hf-repo"},        {"-hff", "--hf-file"}};
+    {"-hf", "--hf-repo"},        {"-hfr", "--hf-repo"},        {"-hff", "--hf-file"},
+    {"-sm", "--split-mode"}};
 
 // -fa's value is optional in llama.cpp (older builds: a bare flag meaning on).
 constexpr std::string_view kFlashAttnValues[] = {"on", "off", "auto", "1", "0"};

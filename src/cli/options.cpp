@@ -152,6 +152,11 @@ void add_model_flags(CLI::App& app, ModelFlags& f) {
   app.add_flag("--debug", f.debug, "log every expert hit and miss");
   add_kv_type_flags(app, f.cache_type_k, f.cache_type_v);
   add_llama_flags(app, f);
+  app.add_option("--split-mode", f.split_mode,
+                 "(-sm) mpirun -np N: layer (a pipeline: each process runs a span of layers) or "
+                 "experts (each runs every layer and computes its share of each layer's routed "
+                 "experts)")
+      ->check(CLI::IsMember({"layer", "experts"}))->capture_default_str();
   app.add_option("--stages", f.stages, "pipeline (mpirun -np N): each stage's layers, e.g. 0:8,8:16 (default: planned)");
   app.add_option("--stage-timeout", f.stage_timeout, "pipeline: seconds to wait for a neighbouring stage before failing")
       ->check(CLI::Range(0.1, 1e6))->capture_default_str();

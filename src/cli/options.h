@@ -32,6 +32,7 @@ struct ModelFlags {
   int64_t preload = -1;
   std::string cache_type_k = "f32", cache_type_v = "f32";  // -ctk / -ctv
   std::string stages;          // --stages A:B,C:D (pipeline)
+  std::string split_mode = "layer";  // --split-mode layer|experts (mpirun -np N)
   double stage_timeout = 60;   // --stage-timeout seconds
   std::string routing_trace;   // --routing-trace FILE (run, bench, perplexity)
   std::string replay_routing;  // --replay-routing FILE (bench)

@@ -14,9 +14,11 @@
 #include "core/log.h"
 #include "core/meminfo.h"
 #include "core/units.h"
+#include "experts/heat_profile.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "model/sizing.h"
+#include "runtime/expert_setup.h"
 #include "runtime/stage_link.h"
 #ifdef SLUICE_HAVE_MPI
 #include "mpi/mpi_world.h"
@@ -97,13 +99,15 @@ void print_pipeline_traffic(const EngineOptions& o, int n_tokens) {
   const double per_token =
       static_cast<double>(t.bytes_sent + t.bytes_received) / std::max(n_tokens, 1);
   fmt::print(stderr,
-             "pipeline {}: sent {} received {} in {} messages ({:.1f} KiB/token), {:.3f} ms/token "
+             "{} {}: sent {} received {} in {} messages ({:.1f} KiB/token), {:.3f} ms/token "
              "receiving, {:.3f} "
-             "ms/token waiting for neighbours\n",
+             "ms/token waiting for {}\n",
+             o.link->splits_layers() ? "pipeline" : "expert parallel",
              o.link->describe(o.link->stage()), format_bytes(t.bytes_sent),
              format_bytes(t.bytes_received), t.messages, per_token / 1024.0,
              t.transfer_seconds * 1e3 / std::max(n_tokens, 1),
-             t.wait_seconds * 1e3 / std::max(n_tokens, 1));
+             t.wait_seconds * 1e3 / std::max(n_tokens, 1),
+             o.link->splits_layers() ? "neighbours" : "the other ranks");
 }
 
 void pipeline_stop() {
@@ -187,12 +191,64 @@ PipelinePlan pipeline_plan(const ModelFlags& f, const std::vector<HostFacts>& ho
   return plan_pipeline(facts_for, hp.n_layer, hosts, req);
 }
 
+ExpertPlacement plan_expert_split(const gguf::File& file, const std::string& model_path,
+                                  int n_ranks, std::string* how) {
+  const std::unique_ptr<Model> m = load_model(file);
+  const ExpertLayout& layout = m->expert_layout();
+  std::vector<bool> moe(layout.layers.size());
+  for (size_t il = 0; il < moe.size(); ++il) moe[il] = layout.has_layer(static_cast<int>(il));
+  if (std::none_of(moe.begin(), moe.end(), [](bool b) { return b; }))
+    fail("--split-mode experts: {} has no routed experts to split", model_path);
+  const HeatProfile heat(heat_profile_path(model_path, file.total_size()),
+                         static_cast<int>(moe.size()), layout.n_expert);
+  const ExpertPlacement p = place_experts(
+      moe, layout.n_expert, n_ranks,
+      heat.loaded() ? std::span<const double>(heat.counts()) : std::span<const double>());
+  if (how)
+    *how = fmt::format("{}: {}",
+                       heat.loaded() ? "load balanced from the heat profile"
+                                     : "no heat profile: dealt round-robin",
+                       p.summary(heat.counts()));
+  return p;
+}
+
+#ifdef SLUICE_HAVE_MPI
+namespace {
+
+// --split-mode experts: rank 0 places each layer's experts from its host's heat profile (the
+// counts a single-process streaming run saved) and every rank takes that placement, so all agree
+// even when their hosts hold different profiles.
+void apply_expert_split(const ModelFlags& f, EngineOptions& o) {
+  MpiWorld& w = *world();
+  std::string text;
+  if (w.rank() == 0) {
+    std::string how;
+    const ExpertPlacement p = plan_expert_split(*gguf::File::open(f.model), f.model, w.size(), &how);
+    SLUICE_LOG_INFO("experts split over {} processes ({})", w.size(), how);
+    text = p.encode();
+  }
+  const ExpertPlacement placement = ExpertPlacement::decode(w.broadcast_from_root(text));
+  const MpiWorld::ExpertLink el = w.expert_link(placement, f.stage_timeout);
+  o.link = el.link;
+  o.expert_shard = el.shard;
+}
+
+}  // namespace
+#endif
+
 void apply_pipeline(const ModelFlags& f, EngineOptions& o) {
 #ifdef SLUICE_HAVE_MPI
   if (!world()) {
     if (!f.stages.empty())
       fail("--stages needs an MPI job of several processes (mpirun -np N sluice …)");
+    if (f.split_mode == "experts")
+      fail("--split-mode experts needs an MPI job of several processes (mpirun -np N sluice …)");
     return;
+  }
+  if (f.split_mode == "experts") {
+    if (!f.stages.empty())
+      fail("--stages splits layers; with --split-mode experts every process runs every layer");
+    return apply_expert_split(f, o);
   }
   const std::vector<HostFacts> hosts = pipeline_hosts(f, world()->size());
   const PipelinePlan plan = pipeline_plan(f, hosts);
@@ -214,9 +270,10 @@ void apply_pipeline(const ModelFlags& f, EngineOptions& o) {
   o.link = world()->link(spans, f.stage_timeout);
 #else
   (void)o;
-  if (!f.stages.empty())
+  if (!f.stages.empty() || f.split_mode == "experts")
     fail(
-        "--stages needs a build with MPI (cmake -DSLUICE_MPI=ON with Open MPI or MPICH installed)");
+        "{} needs a build with MPI (cmake -DSLUICE_MPI=ON with Open MPI or MPICH installed)",
+        f.stages.empty() ? "--split-mode experts" : "--stages");
 #endif
 }
 

@@ -6,7 +6,10 @@
 #include <vector>
 
 #include "cli/options.h"
+#include "experts/expert_placement.h"
 #include "model/stage_plan.h"
+
+namespace sluice::gguf { class File; }
 
 namespace sluice::cli {
 
@@ -29,7 +32,12 @@ void pipeline_output_from(int rank);
 std::vector<HostFacts> pipeline_hosts(const ModelFlags& f, int n);
 // The placement of `f.model` on `hosts` (--stages when given).
 PipelinePlan pipeline_plan(const ModelFlags& f, const std::vector<HostFacts>& hosts);
-// Under a pipeline: sets this stage's layers and link in `o` (rank 0 prints the plan).
+// Under a pipeline: sets this stage's layers and link in `o` (rank 0 prints the plan); with
+// --split-mode experts, every rank's link and expert shard instead.
 void apply_pipeline(const ModelFlags& f, EngineOptions& o);
+// --split-mode experts over `n_ranks` processes: each layer's experts placed from the model's heat
+// profile on this host (round-robin without one); `how` (optional) says which, per rank.
+ExpertPlacement plan_expert_split(const gguf::File& file, const std::string& model_path,
+                                  int n_ranks, std::string* how);
 
 }  // namespace sluice::cli

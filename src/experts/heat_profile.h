@@ -15,6 +15,8 @@ class HeatProfile {
   HeatProfile(std::string path, int n_layer, int n_expert);
   void count(int32_t key) { heat_[key] += 1.0; }
   bool loaded() const { return loaded_; }
+  // Per key (layer · n_expert + expert): loaded counts plus this run's.
+  const std::vector<double>& counts() const { return heat_; }
   // `keys` ordered hottest first (stable; file order without a loaded profile).
   void order_hottest_first(std::vector<int32_t>& keys) const;
   // Writes the decayed profile (atomically, through a temporary file).

@@ -339,7 +339,7 @@ class StreamStore final : public ExpertStore {
   void preload() {
     std::vector<int32_t> order;
     for (int32_t k = 0; k < static_cast<int32_t>(map_.ranges.size()); ++k)
-      if (arena_.class_of(k) >= 0) order.push_back(k);
+      if (arena_.class_of(k) >= 0 && (o_.owned.empty() || o_.owned[k])) order.push_back(k);
     heat_.order_hottest_first(order);
     std::vector<int32_t> next_free(arena_.classes().size());
     for (size_t c = 0; c < next_free.size(); ++c) next_free[c] = arena_.classes()[c].first;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "experts/eviction.h"
 #include "experts/expert_file_map.h"
@@ -23,6 +24,9 @@ struct StreamOptions {
   std::string heat_path;       // heat profile file ("" disables persistence)
   bool lock_memory = true;     // mlock the slot arena
   bool debug = false;          // one log line per hit and miss
+  // Expert parallel: (n_layer · n_expert) flags of the experts this process computes; only those
+  // are preloaded. Empty: all.
+  std::vector<uint8_t> owned{};
 };
 
 // Throws when the budget holds fewer slots of some expert size than one token's experts of a layer.

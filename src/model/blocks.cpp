@@ -303,6 +303,7 @@ void moe_experts(ForwardContext& ctx, int il, const int32_t* ids, const float* w
   for (int64_t i = 0; i < n_tok * n_used; ++i) {
     if (ctx.ffn_rows && !ctx.ffn_rows[i / n_used]) continue;
     const int32_t e = ids[i];
+    if (ctx.shard && !ctx.shard->owns(il, e)) continue;  // its owner fills the slot
     if (e >= static_cast<int32_t>(where.size())) where.resize(e + 1, -1);
     if (where[e] < 0) {
       where[e] = static_cast<int32_t>(experts.size());
@@ -316,7 +317,7 @@ void moe_experts(ForwardContext& ctx, int il, const int32_t* ids, const float* w
   // the sum does not depend on the order the store hands experts out. Every slot is written.
   int64_t n_embd = 0;
   std::vector<float>& slot_out = ctx.moe_slots;
-  if (experts.empty() && ctx.ffn_rows) {  // no row's output is read: nothing to fetch
+  if (experts.empty() && ctx.ffn_rows && !ctx.shard) {  // no row's output is read: nothing to fetch
     ctx.issue_lookahead();
     return;
   }
@@ -343,6 +344,14 @@ void moe_experts(ForwardContext& ctx, int il, const int32_t* ids, const float* w
   }
   if (!handed.empty()) run();
   ctx.experts.end();
+  if (ctx.shard) {
+    // This process may own none of the layer's chosen experts; it still trades slots.
+    n_embd = ctx.n_embd;
+    const auto slots_size = static_cast<size_t>(n_tok * n_used * n_embd);
+    if (slot_out.size() < slots_size) slot_out.resize(slots_size);
+    ctx.shard->exchange(il, std::span<const int32_t>(ids, n_tok * n_used), n_used, ctx.ffn_rows,
+                        n_embd, slot_out.data());
+  }
   if (n_embd == 0) fail("internal: layer {} routed no tokens to any expert", il);
   ctx.pool.parallel_for(n_tok, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {

@@ -88,6 +88,8 @@ void Model::forward_stage(ThreadPool& pool, const Batch& batch, KvCache& kv, Exp
   const int64_t width = n_streams * n_embd;
   ForwardContext ctx{pool, batch, kv, experts, n_tok, hook};
   ctx.routing = routing_;
+  ctx.shard = shard_;
+  ctx.n_embd = n_embd;
   if (first_stage()) {
     x.assign(n_tok * width, 0.0f);
     const uint64_t row = token_embd_.row_bytes();

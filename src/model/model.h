@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "experts/expert_shard.h"
 #include "experts/expert_store.h"
 #include "kv/kv_cache.h"
 #include "model/hparams.h"
@@ -77,8 +78,15 @@ struct ForwardContext {
   const uint8_t* ffn_rows = nullptr;
   // Routing trace writer or replay (Model::set_routing_tap); null: none.
   RoutingTap* routing = nullptr;
+  // Expert parallel (--split-mode experts): the experts this process computes and the exchange of
+  // slot outputs with the others; null: this process computes every expert.
+  ExpertShard* shard = nullptr;
+  int64_t n_embd = 0;  // width of a routed expert's input and output
   void issue_lookahead() {
     if (lookahead.il < 0) return;
+    // Only this process's experts are worth reading here; the owners prefetch their own.
+    if (shard)
+      std::erase_if(lookahead.ids, [&](int32_t e) { return !shard->owns(lookahead.il, e); });
     experts.prefetch(lookahead.il, lookahead.ids, lookahead.hint);
     lookahead.il = -1;
   }
@@ -96,6 +104,9 @@ class Model {
   // Every main-layer forward pass reports its routing to `tap` (null: none), which may replace it
   // (replay). The tap must outlive the passes.
   void set_routing_tap(RoutingTap* tap) { routing_ = tap; }
+  // Expert parallel: every pass computes only `shard`'s experts and trades slot outputs through
+  // it (null: all experts here). The shard must outlive the passes.
+  void set_expert_shard(ExpertShard* shard) { shard_ = shard; }
 
   // Pipeline stage: this model runs only layers [begin, end) (end −1: the last layer). The first
   // stage embeds tokens, the last applies the output head; a stage's KV cache and expert layout
@@ -211,6 +222,7 @@ class Model {
   std::vector<LookaheadRouter> lookahead_;  // per layer; empty tensors for dense layers
   bool prefetch_ = false;
   RoutingTap* routing_ = nullptr;
+  ExpertShard* shard_ = nullptr;
   int layer_begin_ = 0;
   int layer_end_ = -1;  // −1: n_layer
   int n_mtp_file_ = 0;  // take_mtp_layers sets it from nextn_predict_layers

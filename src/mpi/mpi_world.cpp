@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <optional>
 #include <cstdlib>
 #include <thread>
 
@@ -21,6 +23,7 @@ namespace {
 constexpr int kTagHidden = 1;
 constexpr int kTagToken = 2;
 constexpr int kTagOrders = 3;
+constexpr int kTagSlots = 4;
 
 // Sleep between polls: short enough to add little latency per step, long enough to leave the
 // core to a stage that is computing on it.
@@ -31,18 +34,87 @@ int env_int(const char* name) {
   return v && *v ? std::atoi(v) : 0;
 }
 
-class MpiStageLink final : public StageLink {
+// One link serves both splits. --split-mode layer: stage s is rank s running spans[s].
+// --split-mode experts (a placement given): every rank runs every layer, so no hidden state
+// crosses; the link carries the step's orders, the sampled tokens and each MoE layer's slots.
+class MpiStageLink final : public StageLink, public ExpertShard {
  public:
   MpiStageLink(int rank, std::vector<std::string> hosts, std::vector<LayerSpan> spans,
-               double timeout)
-      : rank_(rank), hosts_(std::move(hosts)), spans_(std::move(spans)), timeout_(timeout) {}
+               double timeout, std::optional<ExpertPlacement> placement = std::nullopt)
+      : rank_(rank),
+        hosts_(std::move(hosts)),
+        spans_(std::move(spans)),
+        timeout_(timeout),
+        placement_(std::move(placement)) {}
 
   int stage() const override { return rank_; }
   int n_stages() const override { return static_cast<int>(hosts_.size()); }
+  bool splits_layers() const override { return !placement_; }
 
   std::string describe(int s) const override {
+    if (placement_)
+      return fmt::format("rank {} on {} (experts split, {} of {} routed experts)", s, hosts_[s],
+                         placement_->owned(s), placement_->owned(s) > 0
+                             ? static_cast<int64_t>(std::llround(placement_->owned(s) /
+                                                                 placement_->owned_fraction(s)))
+                             : 0);
     return fmt::format("stage {} (rank {} on {}, layers {}:{})", s, s, hosts_[s], spans_[s].begin,
                        spans_[s].end);
+  }
+
+  bool owns(int il, int e) const override { return placement_->owner_of(il, e) == rank_; }
+
+  // Every rank sends its own slots to every other (Isend first, so no pair waits on the other),
+  // then takes each peer's in turn; sizes follow from the shared routing, so a mismatch means the
+  // ranks disagree and is an error, not a truncation.
+  void exchange(int il, std::span<const int32_t> ids, int n_used, const uint8_t* active,
+                int64_t n_embd, float* slot_out) override {
+    const std::vector<int16_t>& owner = placement_->owner[il];
+    const int n = n_stages();
+    auto live = [&](size_t i) { return !active || active[i / n_used]; };
+    send_.clear();
+    std::vector<int> expect(n, 0);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (!live(i)) continue;
+      const int r = owner[ids[i]];
+      ++expect[r];
+      if (r == rank_) send_.insert(send_.end(), slot_out + i * n_embd, slot_out + (i + 1) * n_embd);
+    }
+    std::vector<MPI_Request> reqs;
+    for (int r = 0; r < n; ++r) {
+      if (r == rank_) continue;
+      reqs.emplace_back();
+      MPI_Isend(send_.data(), static_cast<int>(send_.size()), MPI_FLOAT, r, kTagSlots,
+                MPI_COMM_WORLD, &reqs.back());
+      traffic_.bytes_sent += send_.size() * sizeof(float);
+      ++traffic_.messages;
+    }
+    for (int r = 0; r < n; ++r) {
+      if (r == rank_) continue;
+      MPI_Status st = probe(r, kTagSlots, "its experts' outputs");
+      int count = 0;
+      MPI_Get_count(&st, MPI_FLOAT, &count);
+      if (count != expect[r] * n_embd)
+        fail("{} sent {} floats of layer {}'s expert outputs, {} expected {}: the ranks disagree "
+             "on the routing",
+             describe(r), count, il, describe(rank_), expect[r] * n_embd);
+      recv_.resize(count);
+      const auto t0 = Clock::now();
+      MPI_Recv(recv_.data(), count, MPI_FLOAT, r, kTagSlots, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      traffic_.transfer_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+      traffic_.bytes_received += static_cast<uint64_t>(count) * sizeof(float);
+      ++traffic_.messages;
+      const float* from = recv_.data();
+      for (size_t i = 0; i < ids.size(); ++i)
+        if (live(i) && owner[ids[i]] == r) {
+          std::copy_n(from, n_embd, slot_out + i * n_embd);
+          from += n_embd;
+        }
+    }
+    for (size_t k = 0, r = 0; k < reqs.size(); ++k, ++r) {
+      if (static_cast<int>(r) == rank_) ++r;
+      wait_sent(&reqs[k], static_cast<int>(r), "its experts' outputs");
+    }
   }
 
   Traffic traffic() const override { return traffic_; }
@@ -162,6 +234,8 @@ class MpiStageLink final : public StageLink {
   std::vector<std::string> hosts_;
   std::vector<LayerSpan> spans_;
   double timeout_;
+  std::optional<ExpertPlacement> placement_;
+  std::vector<float> send_, recv_;  // one layer's slots, reused
   Traffic traffic_;
 };
 
@@ -218,6 +292,23 @@ std::shared_ptr<StageLink> MpiWorld::link(const std::vector<LayerSpan>& spans,
   if (static_cast<int>(spans.size()) != size_)
     fail("{} stages for {} MPI ranks: expected one per rank", spans.size(), size_);
   return std::make_shared<MpiStageLink>(rank_, hosts_, spans, timeout_seconds);
+}
+
+MpiWorld::ExpertLink MpiWorld::expert_link(const ExpertPlacement& placement,
+                                            double timeout_seconds) {
+  if (placement.n_ranks != size_)
+    fail("internal: an expert placement over {} ranks for {} MPI ranks", placement.n_ranks, size_);
+  auto link = std::make_shared<MpiStageLink>(
+      rank_, hosts_, std::vector<LayerSpan>(size_, LayerSpan{}), timeout_seconds, placement);
+  return {link, link};
+}
+
+std::string MpiWorld::broadcast_from_root(const std::string& text) const {
+  int len = static_cast<int>(text.size());
+  MPI_Bcast(&len, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  std::string out = rank_ == 0 ? text : std::string(len, '\0');
+  MPI_Bcast(out.data(), len, MPI_CHAR, 0, MPI_COMM_WORLD);
+  return out;
 }
 
 void MpiWorld::abort(int code) const {

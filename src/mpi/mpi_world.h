@@ -1,4 +1,4 @@
-// MPI for pipeline-parallel runs (only the standard C API: Open MPI and MPICH both work). MPI is
+// MPI for multi-process runs (pipeline stages, or expert parallel) (only the standard C API: Open MPI and MPICH both work). MPI is
 // started only when a launcher says the job has more than one process, so a plain `sluice run`
 // (or mpirun -np 1) behaves exactly as without MPI.
 #pragma once
@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "experts/expert_placement.h"
+#include "experts/expert_shard.h"
 #include "model/memory_plan.h"
 #include "runtime/stage_link.h"
 
@@ -29,6 +31,15 @@ class MpiWorld {
   // The link of this rank's stage; stage i is rank i, running spans[i]. A receive (or a send
   // waiting for its receiver) that takes longer than `timeout_seconds` fails naming the stage.
   std::shared_ptr<StageLink> link(const std::vector<LayerSpan>& spans, double timeout_seconds);
+  // --split-mode experts: one object that is both the run's link (orders, sampled tokens) and
+  // this rank's expert shard (ownership, slot exchange), with the same deadlines.
+  struct ExpertLink {
+    std::shared_ptr<StageLink> link;
+    std::shared_ptr<ExpertShard> shard;
+  };
+  ExpertLink expert_link(const ExpertPlacement& placement, double timeout_seconds);
+  // Rank 0's `text` on every rank (a collective: every rank calls it; the others' text is unused).
+  std::string broadcast_from_root(const std::string& text) const;
   // Ends every rank of the job with `code` (after an error on this one).
   [[noreturn]] void abort(int code) const;
 

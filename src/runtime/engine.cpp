@@ -84,6 +84,7 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& o) {
   impl->file = gguf::File::open(o.model_path);
   impl->model = load_model(*impl->file);
   impl->model->set_layer_range(o.layer_begin, o.layer_end);
+  impl->model->set_expert_shard(o.expert_shard.get());
   if (!o.mtp_path.empty()) {
     if (o.draft != DraftMode::kMtp && o.draft != DraftMode::kAuto)
       fail("--mtp {}: the MTP block drafts with --draft mtp or auto, and drafting here is {}",

@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "core/meminfo.h"
+#include "experts/expert_shard.h"
 #include "experts/stream_store.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
@@ -45,6 +46,36 @@ bool unused_mtp(const std::string& name, const Model& m) {
   return layer && *layer >= m.hparams().n_layer + (m.mtp_loaded() ? 1 : 0);
 }
 
+// Expert parallel: the share of the routed experts this process computes (1 without a shard).
+double owned_fraction(const Model& m, const ExpertShard* shard) {
+  if (!shard) return 1.0;
+  const ExpertLayout& l = m.expert_layout();
+  int64_t all = 0, mine = 0;
+  for (int il = 0; il < static_cast<int>(l.layers.size()); ++il) {
+    if (!l.has_layer(il)) continue;
+    for (int e = 0; e < l.n_expert; ++e) mine += shard->owns(il, e) ? 1 : 0;
+    all += l.n_expert;
+  }
+  return all ? static_cast<double>(mine) / static_cast<double>(all) : 1.0;
+}
+
+// Faults in the slices of the experts `shard` owns (ram placement of an expert-parallel rank:
+// the others' experts are never read here, so they cost this host no memory).
+void populate_owned(const Model& m, const ExpertShard& shard) {
+  const ExpertLayout& l = m.expert_layout();
+  auto touch = [](const MatView& v) { populate(v.data, v.row_stride * v.n_out); };
+  for (int il = 0; il < static_cast<int>(l.layers.size()); ++il) {
+    if (!l.has_layer(il)) continue;
+    for (int e = 0; e < l.n_expert; ++e) {
+      if (!shard.owns(il, e)) continue;
+      const ExpertWeights w = l.in_place(il, e);
+      touch(w.gate);
+      touch(w.up);
+      touch(w.down);
+    }
+  }
+}
+
 }  // namespace
 
 std::string heat_profile_path(const std::string& model_path, uint64_t file_size) {
@@ -69,6 +100,9 @@ ExpertPlan plan_experts(const gguf::File& file, const Model& model, const Engine
   // length (deepseek4's rings and compressor states).
   p.facts.kv_bytes_per_token = kv.bytes_per_position();
   p.facts.kv_fixed_bytes = kv.bytes_for(0);
+  // An expert-parallel rank holds (in RAM or its cache) only the experts it owns.
+  p.facts.routed_bytes = static_cast<uint64_t>(static_cast<double>(p.facts.routed_bytes) *
+                                               owned_fraction(model, o.expert_shard.get()));
   if (model.mtp_loaded()) {
     add_mtp_block(mtp_file ? *mtp_file : file, model.hparams().n_layer, mtp_file != nullptr,
                   p.facts);
@@ -106,8 +140,9 @@ std::unique_ptr<ExpertStore> make_expert_store(const gguf::File& file, const Mod
   const LayerSpan span{model.layer_begin(), model.layer_end() + (model.mtp_loaded() ? 1 : 0)};
   for (const auto& t : file.tensors())
     if (!unused_mtp(t.name, model) && stage_reads_tensor(file, t.name, span, model.hparams().n_layer) &&
-        (ram || classify_tensor(t.name) != TensorClass::RoutedExpert))
+        ((ram && !o.expert_shard) || classify_tensor(t.name) != TensorClass::RoutedExpert))
       populate(t.data, t.nbytes);
+  if (ram && o.expert_shard) populate_owned(model, *o.expert_shard);
   if (mtp_file)
     for (const auto& t : mtp_file->tensors())
       if (mtp_reads_tensor(t.name, model.hparams().n_layer, true) &&
@@ -127,6 +162,17 @@ std::unique_ptr<ExpertStore> make_expert_store(const gguf::File& file, const Mod
     so.heat_path += fmt::format(".layers{}-{}", span.begin, span.end);
   // Its map has the MTP block as one more layer, which a profile of the main layers does not fit.
   if (!so.heat_path.empty() && model.mtp_loaded()) so.heat_path += ".mtp";
+  if (o.expert_shard) {
+    // Each rank caches (and counts) only its own experts: its own profile, and its preload
+    // never reads another rank's experts.
+    const ExpertLayout& l = model.expert_layout();
+    so.owned.assign(l.layers.size() * static_cast<size_t>(l.n_expert), 0);
+    for (int il = 0; il < static_cast<int>(l.layers.size()); ++il)
+      if (l.has_layer(il))
+        for (int e = 0; e < l.n_expert; ++e)
+          so.owned[static_cast<size_t>(il) * l.n_expert + e] = o.expert_shard->owns(il, e) ? 1 : 0;
+    if (!so.heat_path.empty()) so.heat_path += ".experts-shard";
+  }
   std::vector<std::string> parts;
   for (size_t i = 0; i < file.n_parts(); ++i) parts.push_back(file.part_path(i));
   if (mtp_file)

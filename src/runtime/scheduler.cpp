@@ -187,7 +187,8 @@ struct Scheduler::Impl {
       options.draft.mode = DraftMode::kNone;  // a pipeline verifies no drafts
       stats.pipeline_stages = link->n_stages();
       n_groups =
-          std::clamp(o.micro_batches > 0 ? o.micro_batches : link->n_stages(), 1, o.n_parallel);
+          std::clamp(o.micro_batches > 0 ? o.micro_batches : link->splits_layers() ? link->n_stages() : 1,
+                     1, o.n_parallel);
       stats.micro_batches = n_groups;
     }
     kv = engine.make_kv_cache(engine.n_ctx);

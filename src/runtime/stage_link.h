@@ -19,6 +19,10 @@ class StageLink {
   virtual int n_stages() const = 0;
   bool first() const { return stage() == 0; }
   bool last() const { return stage() == n_stages() - 1; }
+  // true: stages run consecutive layers (--split-mode layer) and hidden states cross; false:
+  // every process runs every layer and splits the experts (--split-mode experts), so a step has
+  // no pipeline to fill and is not cut into micro-batches.
+  virtual bool splits_layers() const { return true; }
   // Hidden state of one forward step to the next stage.
   virtual void send_hidden(std::span<const float> hidden) = 0;
   // Hidden state of one forward step from the previous stage; its size must be hidden.size().

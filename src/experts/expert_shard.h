@@ -1,0 +1,27 @@
+// Expert parallel: this process computes only the routed experts it owns, and the MoE block
+// trades slot outputs with the processes owning the rest. The model sees this interface, never
+// MPI (src/mpi implements it). Every process routes identically (it runs the same attention and
+// router on the same inputs), so each knows without asking which process fills which slot; the
+// block then sums every token's slots in slot order, so the output is bit-identical to one
+// process computing all experts.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+namespace sluice {
+
+class ExpertShard {
+ public:
+  virtual ~ExpertShard() = default;
+  // Whether this process computes expert e of layer il.
+  virtual bool owns(int il, int e) const = 0;
+  // slot_out (n_rows·n_used, n_embd): this process has filled the slots of the experts it owns;
+  // sends them to the other processes and fills the other slots from their owners. `ids`
+  // (n_rows·n_used) is the layer's routing; rows with active[t] == 0 (active non-null) are not
+  // exchanged. Throws sluice::Error naming a process that does not answer within the deadline.
+  virtual void exchange(int il, std::span<const int32_t> ids, int n_used, const uint8_t* active,
+                        int64_t n_embd, float* slot_out) = 0;
+};
+
+}  // namespace sluice

@@ -1,0 +1,167 @@
+// Expert parallel across MPI processes (mpirun -np N … --split-mode experts, TCP on one machine):
+// - 2 and 3 ranks give logits (every prompt position and a greedy continuation) identical to one
+//   process on the qwen3moe, deepseek2, gpt-oss and deepseek4 reference models, with the experts
+//   in RAM and with each rank streaming its share through a small cache under its own cgroup limit;
+// - a rank that dies ends the job, which names it.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "../unit/test_util.h"
+#include "mpi_util.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kRef = fs::path(SLUICE_TESTDATA) / "reference";
+
+using sluice::test::mpirun;
+using sluice::test::read_file;
+using sluice::test::sh;
+using sluice::test::ShellResult;
+
+class ExpertsMpi : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("sluice-ep-" + std::string(GetParam()) + "-" + std::to_string(getpid()));
+    fs::create_directories(dir_);
+    model_ = (kRef / (std::string(GetParam()) + ".gguf")).string();
+    args_ = "logits -t 1 --greedy 4 -m " + model_ + " --tokens-from " +
+            (kRef / (std::string(GetParam()) + ".prompt1.json")).string() + " -o ";
+    // No heat profile from an earlier run may change the placement between runs.
+    setenv("SLUICE_HEAT_DIR", (dir_ / "heat").c_str(), 1);
+    ShellResult one = sh(std::string(SLUICE_BIN) + " " + args_ + (dir_ / "one.json").string() +
+                         " --experts ram");
+    ASSERT_EQ(one.status, 0) << one.out;
+  }
+  void TearDown() override {
+    unsetenv("SLUICE_HEAT_DIR");
+    fs::remove_all(dir_);
+  }
+  fs::path dir_;
+  std::string model_, args_;
+};
+
+TEST_P(ExpertsMpi, TwoAndThreeRanksGiveOneProcessLogits) {
+  for (int n : {2, 3}) {
+    const fs::path out = dir_ / ("np" + std::to_string(n) + ".json");
+    ShellResult r =
+        sh(mpirun(n, args_ + out.string() + " --experts ram --split-mode experts"));
+    ASSERT_EQ(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find("experts split over " + std::to_string(n) + " processes"),
+              std::string::npos)
+        << r.out;
+    EXPECT_EQ(read_file(out), read_file(dir_ / "one.json")) << GetParam() << " on " << n << " ranks";
+  }
+}
+
+// Each rank streams its own experts through a 1 MB cache under a cgroup limit of its own (the
+// file dropped from the page cache first, so each rank's reads are charged to its own group).
+TEST_P(ExpertsMpi, StreamingRanksUnderTheirOwnCgroupLimitsGiveOneProcessLogits) {
+  const fs::path cg_root = "/sys/fs/cgroup/memory";
+  if (!fs::exists(cg_root / "memory.limit_in_bytes"))
+    GTEST_SKIP() << "no cgroup v1 memory controller";
+  constexpr uint64_t kLimit = 64ull << 20;
+  const std::string tag = "sluice-ep-" + std::to_string(getpid());
+  for (int n : {2, 3}) {
+    std::error_code ec;
+    for (int r = 0; r < n; ++r) {
+      const fs::path cg = cg_root / (tag + "-" + std::to_string(r));
+      if (!fs::create_directory(cg, ec)) GTEST_SKIP() << "cannot create cgroup " << cg;
+      std::ofstream(cg / "memory.limit_in_bytes") << kLimit;
+    }
+    const int fd = ::open(model_.c_str(), O_RDONLY);
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+    const fs::path out = dir_ / ("stream-np" + std::to_string(n) + ".json");
+    ShellResult r = sh(mpirun(
+        n,
+        args_ + out.string() +
+            " --split-mode experts --experts stream --ssd-streaming-cache-experts 1MB",
+        "echo $$ > " + (cg_root / tag).string() + "-$OMPI_COMM_WORLD_RANK/cgroup.procs;"));
+    for (int rank = 0; rank < n; ++rank) {
+      const fs::path cg = cg_root / (tag + "-" + std::to_string(rank));
+      EXPECT_LE(std::stoull(read_file(cg / "memory.max_usage_in_bytes")), kLimit)
+          << "rank " << rank;
+      fs::remove(cg, ec);
+    }
+    ASSERT_EQ(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find("experts stream"), std::string::npos) << r.out;
+    EXPECT_EQ(read_file(out), read_file(dir_ / "one.json"))
+        << GetParam() << " streamed on " << n << " ranks";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Reference, ExpertsMpi,
+                         ::testing::Values("qwen3moe-256-q8_0", "deepseek2-f32", "gptoss-f32",
+                                           "deepseek4-f32"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& c : n)
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           return n;
+                         });
+
+// Runs a long generation on 2 ranks, lets it decode, sends `sig` to rank 1 and returns the job's
+// exit status, its output and the seconds from the signal to the job's end.
+struct Ended {
+  ShellResult r;
+  double seconds;
+};
+Ended signal_rank(int sig) {
+  const fs::path dir = fs::temp_directory_path() /
+                       ("sluice-ep-sig" + std::to_string(sig) + "-" + std::to_string(getpid()));
+  const fs::path pids = dir / "pids";
+  fs::create_directories(pids);
+  const std::string model = std::string(SLUICE_SOURCE_DIR) + "/models/sluice-moe-128.gguf";
+  const std::string cmd =
+      "timeout 60 " +
+      mpirun(2,
+             "run -t 1 -n 4000 --ignore-eos -p hello --temp 0 --stage-timeout 3 "
+             "--split-mode experts -m " + model,
+             "echo $$ > " + pids.string() + "/$OMPI_COMM_WORLD_RANK;");
+  std::chrono::steady_clock::time_point signalled{};
+  std::thread killer([&] {
+    const fs::path pid_file = pids / "1";
+    for (int i = 0; i < 300 && !fs::exists(pid_file); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::this_thread::sleep_for(std::chrono::seconds(3));  // loaded and decoding
+    signalled = std::chrono::steady_clock::now();
+    const std::string pid = read_file(pid_file);
+    if (!pid.empty()) ::kill(std::stoi(pid), sig);
+  });
+  ShellResult r = sh(cmd);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - signalled).count();
+  killer.join();
+  fs::remove_all(dir);
+  return {r, seconds};
+}
+
+TEST(ExpertsMpiFailure, StoppedRankFailsTheJobNamingIt) {
+  const Ended e = signal_rank(SIGSTOP);
+  EXPECT_NE(e.r.status, 0) << e.r.out;
+  EXPECT_NE(e.r.status, 124) << "the job hung: " << e.r.out;
+  EXPECT_LT(e.seconds, 10.0) << e.r.out;
+  EXPECT_NE(e.r.out.find("rank 1 on"), std::string::npos) << e.r.out;
+  EXPECT_NE(e.r.out.find("stopped responding"), std::string::npos) << e.r.out;
+}
+
+TEST(ExpertsMpiFailure, KilledRankEndsTheJobNamingIt) {
+  const Ended e = signal_rank(SIGKILL);
+  EXPECT_NE(e.r.status, 0) << e.r.out;
+  EXPECT_NE(e.r.status, 124) << "the job hung: " << e.r.out;
+  EXPECT_LT(e.seconds, 10.0) << e.r.out;
+  EXPECT_NE(e.r.out.find("rank 1"), std::string::npos) << e.r.out;
+}
+
+}  // namespace
