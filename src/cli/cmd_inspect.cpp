@@ -303,7 +303,7 @@ void print_expert_split(const gguf::File& file, const std::string& path, const M
   req.n_ctx = report.kv.ctx;
   req.n_slots = opts.slots;
   const MemoryFacts all = memory_facts(file, opts.kv, req.n_ctx);
-  fmt::print("expert-parallel plan, {} hosts: every host runs every layer; experts {}\n", n, how);
+  fmt::print("expert-parallel plan, {} hosts (each runs every layer and its share of the experts), experts {}\n", n, how);
   fmt::print("| rank | host | budget | experts | resident | routed share | KV | experts placed | cache |\n");
   fmt::print("|---|---|---|---|---|---|---|---|---|\n");
   bool ok = true;

@@ -206,8 +206,8 @@ ExpertPlacement plan_expert_split(const gguf::File& file, const std::string& mod
       heat.loaded() ? std::span<const double>(heat.counts()) : std::span<const double>());
   if (how)
     *how = fmt::format("{}: {}",
-                       heat.loaded() ? "load balanced from the heat profile"
-                                     : "no heat profile: dealt round-robin",
+                       heat.loaded() ? "placed by the heat profile's load"
+                                     : "dealt round-robin (no heat profile)",
                        p.summary(heat.counts()));
   return p;
 }
