@@ -151,6 +151,9 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& o) {
     mi.stage = impl->link->stage();
     mi.n_stages = impl->link->n_stages();
   }
+  // Each expert-parallel rank plans its own share under its own budget: say what it chose.
+  if (o.expert_shard && impl->link)
+    SLUICE_LOG_INFO("{}: {}", impl->link->describe(impl->link->stage()), mi.experts_detail);
   impl->load_seconds = timer.seconds();
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }

@@ -95,7 +95,9 @@ TEST_P(ExpertsMpi, StreamingRanksUnderTheirOwnCgroupLimitsGiveOneProcessLogits) 
       fs::remove(cg, ec);
     }
     ASSERT_EQ(r.status, 0) << r.out;
-    EXPECT_NE(r.out.find("experts stream"), std::string::npos) << r.out;
+    for (int rank = 0; rank < n; ++rank)
+      EXPECT_NE(r.out.find("rank " + std::to_string(rank) + " on "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("routed experts): experts: stream"), std::string::npos) << r.out;
     EXPECT_EQ(read_file(out), read_file(dir_ / "one.json"))
         << GetParam() << " streamed on " << n << " ranks";
   }
