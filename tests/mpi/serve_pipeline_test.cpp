@@ -108,6 +108,31 @@ TEST(ServePipeline, TwoAndThreeStagesAnswerConcurrentRequestsAsOneProcess) {
   }
 }
 
+// serve with --split-mode experts: rank 0 serves and schedules, every rank computes its share of
+// the experts; concurrent requests get one process's answers, in one micro-batch (every rank
+// runs every layer, so there is no pipeline to fill).
+TEST(ServePipeline, ExpertParallelRanksAnswerConcurrentRequestsAsOneProcess) {
+  std::vector<std::string> one;
+  {
+    Server s({"--parallel", "4"}, kRefModel);
+    ASSERT_GT(s.port(), 0) << s.log();
+    one = four_at_once(s.port());
+  }
+  for (int n : {2, 3}) {
+    const fs::path pids = pid_dir("experts" + std::to_string(n));
+    Server s({"--parallel", "4", "--stage-timeout", "20", "--split-mode", "experts"}, kRefModel,
+             launcher(n, pids));
+    ASSERT_GT(s.port(), 0) << s.log();
+    s.stop_with(rank_pid(pids, 0));
+    EXPECT_EQ(four_at_once(s.port()), one) << n << " expert-parallel ranks";
+    const json m = metrics(s.port());
+    EXPECT_EQ(m["sluice_pipeline_micro_batches"], 1);
+    const std::string log = sluice::test::read_file(s.log());  // the server's output file
+    EXPECT_NE(log.find("experts split over " + std::to_string(n) + " processes"), std::string::npos)
+        << log;
+  }
+}
+
 // SIGTERM to stage 0 from a user is a shutdown like one process's: running requests go on for
 // --shutdown-grace, then end with the server's shutdown error, and the job exits 0 (it answered
 // at once with "a pipeline stage may have failed" though none had).
