@@ -25,9 +25,15 @@ constexpr int kTagToken = 2;
 constexpr int kTagOrders = 3;
 constexpr int kTagSlots = 4;
 
-// Sleep between polls: short enough to add little latency per step, long enough to leave the
-// core to a stage that is computing on it.
+// Between polls: the first few only yield the core (an expert-parallel layer's exchange usually
+// completes within tens of microseconds, and it happens every layer), then a sleep short enough
+// to add little latency per step and long enough to leave the core to a rank computing on it.
 constexpr auto kPoll = std::chrono::microseconds(50);
+constexpr int kYieldPolls = 64;
+void poll_pause(int& polls) {
+  if (polls++ < kYieldPolls) std::this_thread::yield();
+  else std::this_thread::sleep_for(kPoll);
+}
 
 int env_int(const char* name) {
   const char* v = std::getenv(name);
@@ -204,6 +210,7 @@ class MpiStageLink final : public StageLink, public ExpertShard {
     const auto start = Clock::now();
     const auto deadline = start + std::chrono::duration<double>(timeout_);
     MPI_Status st;
+    int polls = 0;
     for (;;) {
       int flag = 0;
       MPI_Iprobe(from, tag, MPI_COMM_WORLD, &flag, &st);
@@ -212,12 +219,13 @@ class MpiStageLink final : public StageLink, public ExpertShard {
         return st;
       }
       if (Clock::now() > deadline) timed_out(from, what, "has not sent");
-      std::this_thread::sleep_for(kPoll);
+      poll_pause(polls);
     }
   }
 
   void wait_sent(MPI_Request* req, int to, const char* what) const {
     const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_);
+    int polls = 0;
     for (;;) {
       int flag = 0;
       MPI_Test(req, &flag, MPI_STATUS_IGNORE);
@@ -226,7 +234,7 @@ class MpiStageLink final : public StageLink, public ExpertShard {
         MPI_Cancel(req);
         timed_out(to, what, "has not taken");
       }
-      std::this_thread::sleep_for(kPoll);
+      poll_pause(polls);
     }
   }
 
