@@ -14,6 +14,8 @@ namespace sluice {
 class ExpertShard {
  public:
   virtual ~ExpertShard() = default;
+  // This process's index among those sharing the experts (its MPI rank).
+  virtual int rank() const = 0;
   // Whether this process computes expert e of layer il.
   virtual bool owns(int il, int e) const = 0;
   // slot_out (n_rows·n_used, n_embd): this process has filled the slots of the experts it owns;

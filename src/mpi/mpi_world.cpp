@@ -68,6 +68,7 @@ class MpiStageLink final : public StageLink, public ExpertShard {
                        spans_[s].end);
   }
 
+  int rank() const override { return rank_; }
   bool owns(int il, int e) const override { return placement_->owner_of(il, e) == rank_; }
 
   // Every rank sends its own slots to every other (Isend first, so no pair waits on the other),

@@ -163,15 +163,15 @@ std::unique_ptr<ExpertStore> make_expert_store(const gguf::File& file, const Mod
   // Its map has the MTP block as one more layer, which a profile of the main layers does not fit.
   if (!so.heat_path.empty() && model.mtp_loaded()) so.heat_path += ".mtp";
   if (o.expert_shard) {
-    // Each rank caches (and counts) only its own experts: its own profile, and its preload
-    // never reads another rank's experts.
+    // Each rank caches (and counts) only its own experts: its own profile (ranks may share a
+    // host and its cache directory), and its preload never reads another rank's experts.
     const ExpertLayout& l = model.expert_layout();
     so.owned.assign(l.layers.size() * static_cast<size_t>(l.n_expert), 0);
     for (int il = 0; il < static_cast<int>(l.layers.size()); ++il)
       if (l.has_layer(il))
         for (int e = 0; e < l.n_expert; ++e)
           so.owned[static_cast<size_t>(il) * l.n_expert + e] = o.expert_shard->owns(il, e) ? 1 : 0;
-    if (!so.heat_path.empty()) so.heat_path += ".experts-shard";
+    if (!so.heat_path.empty()) so.heat_path += fmt::format(".experts-rank{}", o.expert_shard->rank());
   }
   std::vector<std::string> parts;
   for (size_t i = 0; i < file.n_parts(); ++i) parts.push_back(file.part_path(i));
