@@ -8,6 +8,7 @@
 #include "core/meminfo.h"
 #include "core/timer.h"
 #include "gguf/gguf.h"
+#include "model/archs/registry.h"
 #include "model/model.h"
 #include "runtime/engine_impl.h"
 #include "runtime/expert_setup.h"

@@ -14,7 +14,7 @@
 #include "core/units.h"
 #include "gguf/gguf.h"
 #include "gguf/writer.h"
-#include "model/sizing.h"
+#include "plan/sizing.h"
 #include "test_util.h"
 
 using namespace sluice;

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "gguf/gguf.h"
 #include "model/blocks.h"
+#include "model/model.h"
 #include "model/weights.h"
 
 namespace sluice {

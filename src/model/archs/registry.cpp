@@ -1,5 +1,8 @@
-// The architecture table.
-#include "model/archs/archs.h"
+// The architecture table and the loader that dispatches on it.
+#include "model/archs/registry.h"
+
+#include "core/error.h"
+#include "gguf/gguf.h"
 
 namespace sluice {
 
@@ -14,6 +17,21 @@ const std::vector<ArchEntry>& arch_registry() {
       {"qwen3moe", load_qwen3},
   };
   return table;
+}
+
+std::vector<std::string> supported_architectures() {
+  std::vector<std::string> out;
+  for (const auto& a : arch_registry()) out.push_back(a.name);
+  return out;
+}
+
+std::unique_ptr<Model> load_model(const gguf::File& file) {
+  const std::string arch = file.get_string("general.architecture");
+  for (const auto& a : arch_registry())
+    if (arch == a.name) return a.load(file);
+  std::string list;
+  for (const auto& a : arch_registry()) list += (list.empty() ? "" : ", ") + std::string(a.name);
+  fail("architecture '{}' is not supported (supported: {})", arch, list);
 }
 
 }  // namespace sluice

@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-#include "model/gen/builder.h"
+#include "gen/builder.h"
 
 namespace sluice::gen {
 

@@ -1,7 +1,7 @@
 // Tensor-name classification. Names are "blk.N.BASE[.E].SUFFIX" inside blocks and "BASE.SUFFIX"
 // outside; only BASE (and the legacy expert index E) decides the class, so .weight, .bias and
 // .scale variants of one tensor always land together.
-#include "model/tensor_class.h"
+#include "plan/tensor_class.h"
 
 #include <charconv>
 #include <cstdint>

@@ -1,6 +1,6 @@
 // gen-model presets (real dimensions and hyperparameters of each model, from its HF config),
 // spec validation, default tokenizer lookup and the architecture dispatch.
-#include "model/gen/gen_model.h"
+#include "gen/gen_model.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,8 +8,8 @@
 #include <filesystem>
 
 #include "core/error.h"
-#include "model/gen/gen_archs.h"
-#include "model/gen/random_fill.h"
+#include "gen/gen_archs.h"
+#include "gen/random_fill.h"
 
 namespace sluice {
 

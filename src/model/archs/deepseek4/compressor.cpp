@@ -1,5 +1,5 @@
 // Tail RoPE, compressor pooling and indexer selection; see compressor.h.
-#include "model/compressor.h"
+#include "model/archs/deepseek4/compressor.h"
 
 #include <algorithm>
 #include <cmath>

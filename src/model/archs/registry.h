@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "model/model.h"
@@ -22,5 +23,9 @@ std::unique_ptr<Model> load_llama(const gguf::File& file);     // llama, dense o
 std::unique_ptr<Model> load_qwen3(const gguf::File& file);     // qwen3 dense and qwen3moe
 
 const std::vector<ArchEntry>& arch_registry();
+
+// Loads the architecture named by general.architecture; throws naming unsupported ones.
+std::unique_ptr<Model> load_model(const gguf::File& file);
+std::vector<std::string> supported_architectures();
 
 }  // namespace sluice

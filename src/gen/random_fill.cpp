@@ -7,7 +7,7 @@
 //  - single-scale types with asymmetric codes (Q4_0, Q5_0, IQ4_NL) get a random sign of d,
 //  - derived fields (Q8_1 s, Q8_K bsums) are computed, and TQ2_0's unused code 3 is cleared,
 // so that the dequantized values are linear in d; unit_rms (d = 1) then gives d for any RMS.
-#include "model/gen/random_fill.h"
+#include "gen/random_fill.h"
 
 #include <algorithm>
 #include <array>

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "model/memory_plan.h"
+#include "plan/memory_plan.h"
 
 namespace sluice {
 
@@ -38,7 +38,7 @@ struct PipelinePlan {
 // experts from RAM: the estimate's unit of compute time (a typical desktop's memory-bound rate).
 inline constexpr double kComputeBytesPerSecond = 10e9;
 
-// `facts_for(span)` gives the planner inputs of a span of layers (model/sizing's memory_facts);
+// `facts_for(span)` gives the planner inputs of a span of layers (plan/sizing's memory_facts);
 // `request` the context, slots and forced placement each stage plans with (its budget is each
 // host's). One stage per host, in host order.
 PipelinePlan plan_pipeline(const std::function<MemoryFacts(LayerSpan)>& facts_for, int n_layer,

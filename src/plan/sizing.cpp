@@ -1,6 +1,6 @@
 // Model sizing. Byte counts come from the tensor infos (never from hyperparameters), so they are
 // exact for any quantization mix; hyperparameters only feed the KV-cache estimate.
-#include "model/sizing.h"
+#include "plan/sizing.h"
 
 #include <algorithm>
 #include <map>

@@ -1,5 +1,5 @@
 // Hyper-connection mixing; see hyper_connections.h.
-#include "model/hyper_connections.h"
+#include "model/archs/deepseek4/hyper_connections.h"
 
 #include <algorithm>
 #include <cmath>

@@ -12,8 +12,8 @@
 
 #include "gguf/gguf.h"
 #include "kv/kv_cache.h"
-#include "model/memory_plan.h"
-#include "model/tensor_class.h"
+#include "plan/memory_plan.h"
+#include "plan/tensor_class.h"
 
 namespace sluice {
 

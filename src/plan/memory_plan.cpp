@@ -1,5 +1,5 @@
 // The memory planner (see memory_plan.h). Saturating arithmetic: facts come from untrusted files.
-#include "model/memory_plan.h"
+#include "plan/memory_plan.h"
 
 #include <fmt/format.h>
 

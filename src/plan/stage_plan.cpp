@@ -1,6 +1,6 @@
 // Pipeline placement (see stage_plan.h): a dynamic program over contiguous splits, each stage
 // planned and timed by the memory planner's own functions.
-#include "model/stage_plan.h"
+#include "plan/stage_plan.h"
 
 #include <fmt/format.h>
 

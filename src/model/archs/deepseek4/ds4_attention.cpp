@@ -7,7 +7,7 @@
 // was computed); any other type is dequantized once per call for the rows this batch reads, and
 // the batch's own raw keys go through the same rounding first, so a token sees the same key value
 // whether it comes from the batch or, in a later step, from the ring.
-#include "model/ds4_attention.h"
+#include "model/archs/deepseek4/ds4_attention.h"
 
 #include <algorithm>
 #include <cmath>

@@ -10,7 +10,7 @@
 
 #include "core/thread_pool.h"
 #include "gguf/writer.h"
-#include "model/gen/gen_model.h"
+#include "gen/gen_model.h"
 
 namespace sluice::gen {
 

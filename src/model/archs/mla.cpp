@@ -2,7 +2,7 @@
 // per head, the query's nope part is mapped into latent space by one matmul over all tokens,
 // attention runs over cached latent+rope rows in fp32 through the shared kernel (ops/attention),
 // and W_vb maps each head's attended latent back to head_dim_v.
-#include "model/mla.h"
+#include "model/archs/mla.h"
 
 #include <algorithm>
 #include <cmath>

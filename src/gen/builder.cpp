@@ -1,7 +1,7 @@
 // ModelBuilder: shared keys, tokenizer copy and tensor recipes for the gen-model family writers.
 // Every tensor's data is seeded by (spec seed, tensor name), so a file is a pure function of its
 // spec, and a tensor's bytes do not change when other tensors are added or reordered.
-#include "model/gen/builder.h"
+#include "gen/builder.h"
 
 #include <algorithm>
 #include <chrono>
@@ -14,8 +14,8 @@
 
 #include "core/error.h"
 #include "gguf/gguf.h"
-#include "model/gen/random_fill.h"
-#include "model/gen/zipf.h"
+#include "gen/random_fill.h"
+#include "gen/zipf.h"
 #include "quant/dequant.h"
 
 namespace sluice::gen {

@@ -1,13 +1,13 @@
 // Zipf router scales: water-filled targets, then a multiplicative fit of the scales against
 // top-k counts on a fixed set of standard normal logits (common random numbers keep the fit
 // smooth and the result deterministic).
-#include "model/gen/zipf.h"
+#include "gen/zipf.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
-#include "model/gen/random_fill.h"
+#include "gen/random_fill.h"
 
 namespace sluice::gen {
 

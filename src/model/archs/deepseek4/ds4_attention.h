@@ -7,8 +7,8 @@
 
 #include <vector>
 
-#include "model/compressor.h"
-#include "model/model.h"
+#include "model/archs/deepseek4/compressor.h"
+#include "model/forward_context.h"
 
 namespace sluice {
 

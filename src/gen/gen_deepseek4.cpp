@@ -14,7 +14,7 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "model/gen/gen_archs.h"
+#include "gen/gen_archs.h"
 
 namespace sluice::gen {
 
