@@ -170,23 +170,25 @@ std::string format_flag_size(uint64_t bytes) {
   return fmt::format("{}B", bytes);
 }
 
-Verdict make_verdict(uint64_t ram, uint64_t resident, uint64_t kv, uint64_t routed, uint64_t reserved) {
+Verdict make_verdict(const MemoryFacts& facts, const MemoryPlan& plan, uint64_t ram) {
   Verdict v;
   v.ram = ram;
-  v.resident = resident;
-  v.kv = kv;
-  v.routed = routed;
-  v.reserved = reserved;
-  const uint64_t fixed = sat_add(sat_add(resident, kv), reserved);
-  v.expert_budget = ram > fixed ? ram - fixed : 0;
+  v.resident = facts.resident_bytes;
+  v.kv = plan.kv_bytes;
+  v.routed = facts.routed_bytes;
+  const uint64_t unusable = ram > plan.usable ? ram - plan.usable : 0;
+  v.reserved = sat_add(sat_add(unusable, plan.margin), plan.overhead);
+  const bool fixed_fits = plan.fixed <= plan.usable;
+  v.expert_budget = fixed_fits ? plan.usable - plan.fixed : 0;
+  const uint64_t routed = facts.routed_bytes;
   using u128 = unsigned __int128;
   if (routed == 0) {
-    v.fraction = fixed <= ram ? 1.0 : 0.0;
+    v.fraction = fixed_fits ? 1.0 : 0.0;
   } else {
     v.fraction = std::min(1.0, static_cast<double>(v.expert_budget) / static_cast<double>(routed));
   }
   // Thresholds in exact integer arithmetic so that exactly 70 % and 40 % land on the upper side.
-  const u128 budget = routed == 0 ? (fixed <= ram ? 1 : 0) : v.expert_budget;
+  const u128 budget = routed == 0 ? (fixed_fits ? 1 : 0) : v.expert_budget;
   const u128 whole = routed == 0 ? 1 : routed;
   if (budget * 10 >= whole * 7) {
     v.level = VerdictLevel::NearInRam;
@@ -196,7 +198,7 @@ Verdict make_verdict(uint64_t ram, uint64_t resident, uint64_t kv, uint64_t rout
     v.message = "usable, prompt-dependent";
   } else {
     v.level = VerdictLevel::TooSmall;
-    v.message = fixed > ram ? "choose a smaller quant (resident weights and KV cache alone exceed the RAM)"
+    v.message = !fixed_fits ? "choose a smaller quant (resident weights and KV cache alone exceed the RAM)"
                             : "choose a smaller quant";
   }
   return v;
@@ -330,9 +332,7 @@ ModelReport analyze_model(const gguf::File& file, const SizingOptions& opts) {
   r.facts = memory_facts(file, opts.kv, ctx);
   r.plan = plan_memory(r.facts, {.budget = budget, .n_ctx = ctx, .n_slots = opts.slots});
   r.decode = estimate_decode(r.facts, r.plan, opts.disk_bytes_per_second, opts.ram_tokens_per_second);
-  const uint64_t routed = r.class_totals[static_cast<size_t>(TensorClass::RoutedExpert)];
-  r.verdict = make_verdict(budget.bytes, r.total_bytes - routed, r.kv.bytes, routed,
-                          budget.bytes - r.plan.usable + r.plan.margin);
+  r.verdict = make_verdict(r.facts, r.plan, budget.bytes);
   r.verdict.flags = suggested_flags(r.facts, r.plan);
   return r;
 }

@@ -71,10 +71,10 @@ enum class VerdictLevel { NearInRam, Usable, TooSmall };
 
 struct Verdict {
   uint64_t ram = 0;
-  uint64_t resident = 0;       // every non-routed tensor
-  uint64_t kv = 0;
+  uint64_t resident = 0;       // non-routed weights the forward pass reads (MemoryFacts)
+  uint64_t kv = 0;             // every slot's KV cache (MemoryPlan::kv_bytes)
   uint64_t routed = 0;
-  uint64_t reserved = 0;       // kept back by the planner: the unusable share and the margin
+  uint64_t reserved = 0;       // kept back by the planner: the unusable share, margin and overhead
   uint64_t expert_budget = 0;  // ram − reserved − resident − kv, 0 when they alone exceed ram
   double fraction = 0;         // of routed experts that fit in the budget, capped at 1
   VerdictLevel level = VerdictLevel::TooSmall;
@@ -111,11 +111,13 @@ ModelSummary read_model_summary(const gguf::File& file);
 TokenizerSummary read_tokenizer_summary(const gguf::File& file);
 // The KV cache one sequence of ctx positions holds with `config` (kv/kv_cache.h's KvLayout rule).
 KvEstimate estimate_kv(const ModelSummary& m, int64_t ctx, const KvCacheConfig& config = {});
-// The thresholds: ≥ 70 % of routed experts fit → NearInRam, ≥ 40 % → Usable, else TooSmall.
-// `reserved`: the part of `ram` the planner keeps back (the unusable share and the margin), so
-// that the budget left for experts is the plan's. `flags` is left empty: it comes from the memory
-// plan (suggested_flags).
-Verdict make_verdict(uint64_t ram, uint64_t resident, uint64_t kv, uint64_t routed, uint64_t reserved = 0);
+// The verdict on `plan` (plan_memory over `facts` with a budget of `ram` bytes): the budget left for
+// routed experts is the plan's, usable − fixed (resident weights of the forward layers, the KV cache
+// of every slot, the front end's overhead and the margin), so the verdict and the plan cannot
+// disagree: NearInRam whenever the plan keeps every expert in RAM, and the fraction is the plan's
+// fit fraction when it streams. The thresholds: ≥ 70 % of routed experts fit → NearInRam, ≥ 40 % →
+// Usable, else TooSmall. `flags` is left empty: it comes from the memory plan (suggested_flags).
+Verdict make_verdict(const MemoryFacts& facts, const MemoryPlan& plan, uint64_t ram);
 // The flags that make `run` place experts as `plan` does; empty without routed experts.
 std::string suggested_flags(const MemoryFacts& facts, const MemoryPlan& plan);
 // Whether a stage running `span` of a model with `n_layer` forward layers reads tensor `name`:

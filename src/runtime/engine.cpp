@@ -96,9 +96,8 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& o) {
   const std::unique_ptr<KvCache> kv_shape = impl->make_kv_cache(impl->n_ctx);
   const ExpertPlan plan =
       plan_experts(*impl->file, *impl->model, o, *kv_shape, impl->n_ctx, impl->mtp_file.get());
-  const MemoryFacts& f = plan.facts;
   const uint64_t token_bytes =
-      f.resident_bytes + (f.n_expert > 0 ? f.routed_bytes / f.n_expert * f.n_expert_used : 0);
+      plan.facts.resident_bytes + static_cast<uint64_t>(active_routed_bytes(plan.facts));
   impl->pool = std::make_unique<ThreadPool>(
       o.n_threads > 0 ? o.n_threads : threads_for_work(default_thread_count(), token_bytes));
   impl->experts = make_expert_store(*impl->file, *impl->model, o, plan, impl->mtp_file.get());

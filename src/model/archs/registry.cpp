@@ -6,6 +6,14 @@
 
 namespace sluice {
 
+// Each defined in archs/<family>.cpp.
+std::unique_ptr<Model> load_deepseek2(const gguf::File& file);  // DeepSeek V2/V3, Kimi K2 (MLA)
+std::unique_ptr<Model> load_deepseek4(const gguf::File& file);  // DeepSeek V4 (hyper-connections, compressed KV)
+std::unique_ptr<Model> load_glm4moe(const gguf::File& file);   // glm4moe (GLM-4.5/4.6)
+std::unique_ptr<Model> load_gptoss(const gguf::File& file);    // gpt-oss
+std::unique_ptr<Model> load_llama(const gguf::File& file);     // llama, dense or Mixtral experts
+std::unique_ptr<Model> load_qwen3(const gguf::File& file);     // qwen3 dense and qwen3moe
+
 const std::vector<ArchEntry>& arch_registry() {
   static const std::vector<ArchEntry> table = {
       {"deepseek2", load_deepseek2},

@@ -1,5 +1,7 @@
-// Registry of architecture loaders, one per archs/<family>.cpp. A plain table (not static
-// self-registration) because libsluice is a static library and unreferenced registrars vanish.
+// Registry of architecture loaders, one per archs/<family>.cpp, and the loader that dispatches on
+// it. A plain table (not static self-registration) because libsluice is a static library and
+// unreferenced registrars vanish; the families' loaders are declared beside the table
+// (registry.cpp), so adding one touches its own file and that one.
 #pragma once
 
 #include <memory>
@@ -14,13 +16,6 @@ struct ArchEntry {
   const char* name;  // general.architecture
   std::unique_ptr<Model> (*load)(const gguf::File& file);
 };
-
-std::unique_ptr<Model> load_deepseek2(const gguf::File& file);  // DeepSeek V2/V3, Kimi K2 (MLA)
-std::unique_ptr<Model> load_deepseek4(const gguf::File& file);  // DeepSeek V4 (hyper-connections, compressed KV)
-std::unique_ptr<Model> load_glm4moe(const gguf::File& file);   // glm4moe (GLM-4.5/4.6)
-std::unique_ptr<Model> load_gptoss(const gguf::File& file);    // gpt-oss
-std::unique_ptr<Model> load_llama(const gguf::File& file);     // llama, dense or Mixtral experts
-std::unique_ptr<Model> load_qwen3(const gguf::File& file);     // qwen3 dense and qwen3moe
 
 const std::vector<ArchEntry>& arch_registry();
 
