@@ -16,8 +16,9 @@
 #include "core/units.h"
 #include "experts/heat_profile.h"
 #include "gguf/gguf.h"
+#include "model/archs/registry.h"
 #include "model/model.h"
-#include "model/sizing.h"
+#include "plan/sizing.h"
 #include "runtime/expert_setup.h"
 #include "runtime/stage_link.h"
 #ifdef SLUICE_HAVE_MPI

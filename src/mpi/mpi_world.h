@@ -9,7 +9,7 @@
 
 #include "experts/expert_placement.h"
 #include "experts/expert_shard.h"
-#include "model/memory_plan.h"
+#include "plan/memory_plan.h"
 #include "runtime/stage_link.h"
 
 namespace sluice {
