@@ -172,6 +172,8 @@ struct Scheduler::Impl {
   bool finished = false;  // run() has returned
   int in_system = 0;  // queued + active
   SchedulerStats stats;
+  std::shared_ptr<const ExpertCacheMap> cache_map;  // guarded by mutex
+  Timer cache_map_age;  // since cache_map was taken (scheduler thread)
   std::thread thread;
 
   Impl(Engine& e, const SchedulerOptions& o)
@@ -201,6 +203,7 @@ struct Scheduler::Impl {
       if (mtp_drafts())
         slots[i].mtp = std::make_unique<MtpDrafter>(*engine.model, engine.n_ctx, engine.kv_config);
     }
+    cache_map = std::make_shared<const ExpertCacheMap>(public_engine.expert_cache_map());
     publish_locked();  // no other thread sees the scheduler yet
   }
 
@@ -616,7 +619,14 @@ struct Scheduler::Impl {
     }
 
     const ExpertStats es = public_engine.expert_stats();
+    // The per-expert map is a copy of every expert's entry: not at every step of a fast model.
+    std::shared_ptr<const ExpertCacheMap> map;
+    if (!any_active() || cache_map_age.seconds() >= 0.05) {
+      map = std::make_shared<const ExpertCacheMap>(public_engine.expert_cache_map());
+      cache_map_age.reset();
+    }
     std::lock_guard<std::mutex> lock(mutex);
+    if (map) cache_map = std::move(map);
     ++stats.steps;
     stats.batch_rows += batch.size();
     stats.decode_rows += n_decode;
@@ -738,6 +748,11 @@ Scheduler::~Scheduler() {
 }
 
 int Scheduler::n_ctx() const { return impl_->kv->n_ctx(); }
+
+std::shared_ptr<const ExpertCacheMap> Scheduler::expert_cache() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->cache_map;
+}
 
 bool Scheduler::follows() const {
   return impl_->follower;
