@@ -129,8 +129,8 @@ class Scheduler {
   // Only on a pipeline's stage 0 (or without a pipeline); another stage throws sluice::Error.
   Submission submit(CompletionRequest request);
   SchedulerStats stats() const;
-  // The expert cache map as of a recent step: taken at most every 50 ms while requests run, and
-  // after the step that leaves no request running (so it is never older than the last activity).
+  // The expert cache map as of the last forward pass (taken after each one, before its tokens are
+  // delivered, as SchedulerStats::experts is).
   std::shared_ptr<const ExpertCacheMap> expert_cache() const;
   int n_ctx() const;  // context per request
   // Pipeline stages after the first follow stage 0's scheduler: they take no requests, run the

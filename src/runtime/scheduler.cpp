@@ -173,7 +173,6 @@ struct Scheduler::Impl {
   int in_system = 0;  // queued + active
   SchedulerStats stats;
   std::shared_ptr<const ExpertCacheMap> cache_map;  // guarded by mutex
-  Timer cache_map_age;  // since cache_map was taken (scheduler thread)
   std::thread thread;
 
   Impl(Engine& e, const SchedulerOptions& o)
@@ -601,6 +600,15 @@ struct Scheduler::Impl {
       return;
     }
     const double secs = t.seconds();
+    {
+      // The expert store's counters and cache map as this pass left them, published before its
+      // tokens go out: a client that has its reply sees the experts it used counted.
+      const ExpertStats es = public_engine.expert_stats();
+      auto map = std::make_shared<const ExpertCacheMap>(public_engine.expert_cache_map());
+      std::lock_guard<std::mutex> lock(mutex);
+      stats.experts = es;
+      cache_map = std::move(map);
+    }
     if (mtp_drafts()) {
       const int64_t width = engine.model->hidden_width();
       for (size_t i = 0; i < segments.size(); ++i) {
@@ -618,22 +626,13 @@ struct Scheduler::Impl {
       settle(rows, logits);
     }
 
-    const ExpertStats es = public_engine.expert_stats();
-    // The per-expert map is a copy of every expert's entry: not at every step of a fast model.
-    std::shared_ptr<const ExpertCacheMap> map;
-    if (!any_active() || cache_map_age.seconds() >= 0.05) {
-      map = std::make_shared<const ExpertCacheMap>(public_engine.expert_cache_map());
-      cache_map_age.reset();
-    }
     std::lock_guard<std::mutex> lock(mutex);
-    if (map) cache_map = std::move(map);
     ++stats.steps;
     stats.batch_rows += batch.size();
     stats.decode_rows += n_decode;
     stats.last_batch_rows = static_cast<int>(batch.size());
     stats.last_batch_sequences = n_seq;
     stats.busy_seconds += secs;
-    stats.experts = es;
     publish_locked();
   }
 

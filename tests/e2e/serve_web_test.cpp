@@ -86,8 +86,12 @@ TEST(ServeWeb, EngineReportsTheStreamingExpertCache) {
   EXPECT_EQ(misses, b["experts"]["misses"].get<uint64_t>());
   EXPECT_GT(misses, 0u);
   EXPECT_GT(b["experts"]["bytes_read"].get<uint64_t>(), 0u);
-  // Every request of a prompt of n tokens and 12 generated ones routes top-8 in each of 8 layers.
-  EXPECT_EQ(b["experts"]["requests"].get<uint64_t>() % 8, 0u);
+  // What is in the cache fits in it: 12 MiB of 96 KiB slots.
+  int cached = 0;
+  for (const auto& row : b["cache"]["state"])
+    for (char c : row.get<std::string>()) cached += c != 'd';
+  EXPECT_LE(cached, 128);
+  EXPECT_GT(cached, 8);
 }
 
 TEST(ServeWeb, EngineInRamModeShowsEveryExpertResident) {
