@@ -20,6 +20,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <future>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -27,6 +28,7 @@
 #include "core/error.h"
 #include "core/timer.h"
 #include "ops/matmul.h"
+#include "runtime/embed.h"
 #include "runtime/engine_impl.h"
 #include "runtime/kv_disk.h"
 #include "runtime/mtp_draft.h"
@@ -173,6 +175,13 @@ struct Scheduler::Impl {
   int in_system = 0;  // queued + active
   SchedulerStats stats;
   std::shared_ptr<const ExpertCacheMap> cache_map;  // guarded by mutex
+  // Scheduler::embed's inputs waiting for the thread (guarded by mutex).
+  struct EmbedTask {
+    std::vector<int32_t> tokens;
+    Pooling pooling = Pooling::kMean;
+    std::promise<std::vector<float>> result;
+  };
+  std::deque<std::shared_ptr<EmbedTask>> embeds;
   std::thread thread;
 
   Impl(Engine& e, const SchedulerOptions& o)
@@ -636,6 +645,22 @@ struct Scheduler::Impl {
     publish_locked();
   }
 
+  // Embeddings asked for since the last step, each in a KV cache of its own.
+  void run_embeds() {
+    std::deque<std::shared_ptr<EmbedTask>> todo;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      todo.swap(embeds);
+    }
+    for (auto& t : todo) {
+      try {
+        t->result.set_value(embed_tokens(engine, t->tokens, t->pooling));
+      } catch (...) {
+        t->result.set_exception(std::current_exception());
+      }
+    }
+  }
+
   void run() {
     Batch batch;
     std::vector<float> logits;
@@ -658,7 +683,7 @@ struct Scheduler::Impl {
         } else {
           {
             std::unique_lock<std::mutex> lock(mutex);
-            auto ready = [&] { return stop || !queue.empty() || any_active(); };
+            auto ready = [&] { return stop || !queue.empty() || !embeds.empty() || any_active(); };
             if (!link)
               cv.wait(lock, ready);
             else
@@ -683,6 +708,7 @@ struct Scheduler::Impl {
           }
           if (orders.stop) break;
         }
+        if (!follower) run_embeds();
         try {
           step(batch, logits, rows);
         } catch (const std::exception& e) {
@@ -712,6 +738,8 @@ struct Scheduler::Impl {
     std::lock_guard<std::mutex> lock(mutex);
     for (Pending& p : queue) p.handle->push_error("the server is shutting down");
     queue.clear();
+    for (auto& t : embeds) t->result.set_exception(std::make_exception_ptr(Error("the server is shutting down")));
+    embeds.clear();
     finished = true;
     cv.notify_all();
   }
@@ -747,6 +775,24 @@ Scheduler::~Scheduler() {
 }
 
 int Scheduler::n_ctx() const { return impl_->kv->n_ctx(); }
+
+std::vector<float> Scheduler::embed(std::span<const int32_t> tokens, Pooling pooling) {
+  if (impl_->link) fail("embeddings do not run in a pipeline: the stages hold only their layers");
+  if (tokens.empty()) fail("nothing to embed: the input has no tokens");
+  if (static_cast<int>(tokens.size()) > n_ctx())
+    fail("the input is {} tokens, more than the context of {}", tokens.size(), n_ctx());
+  auto task = std::make_shared<Impl::EmbedTask>();
+  task->tokens.assign(tokens.begin(), tokens.end());
+  task->pooling = pooling;
+  std::future<std::vector<float>> result = task->result.get_future();
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    if (impl_->stop || impl_->finished) fail("the server is shutting down");
+    impl_->embeds.push_back(std::move(task));
+  }
+  impl_->cv.notify_all();
+  return result.get();
+}
 
 std::shared_ptr<const ExpertCacheMap> Scheduler::expert_cache() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);

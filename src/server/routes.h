@@ -114,6 +114,8 @@ class Routes {
 // register their paths on `svr` and add them with their methods to `methods` (for 405 answers).
 void add_llama_routes(httplib::Server& svr, Routes& routes, std::map<std::string, std::string>& methods);
 void add_ollama_routes(httplib::Server& svr, Routes& routes, std::map<std::string, std::string>& methods);
+// OpenAI's /v1/embeddings, and /embeddings (embeddings_routes.cpp).
+void add_embeddings_routes(httplib::Server& svr, Routes& routes, std::map<std::string, std::string>& methods);
 // The web page at / and its files under /web/, and GET /engine (web_routes.cpp).
 void add_web_routes(httplib::Server& svr, Routes& routes, std::map<std::string, std::string>& methods);
 // The page's own files, served without the API key.

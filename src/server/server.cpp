@@ -322,6 +322,7 @@ int serve(Engine& engine, const ServerOptions& o) {
   add_llama_routes(svr, routes, methods);
   add_ollama_routes(svr, routes, methods);
   add_responses_routes(svr, routes, methods);
+  add_embeddings_routes(svr, routes, methods);
   add_web_routes(svr, routes, methods);
 
   std::string error;
