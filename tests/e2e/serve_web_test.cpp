@@ -5,6 +5,7 @@
 // (tests/node/web_page.mjs: streaming, Stop, reload, the heat map, hostile model output).
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <filesystem>
 
 #include "serve_client.h"
@@ -111,7 +112,9 @@ TEST(ServeWeb, EngineInRamModeShowsEveryExpertResident) {
 
 TEST(ServeWeb, PageWorksInHeadlessChromium) {
   const std::filesystem::path node_dir = kSource + "/tests/node";
-  if (std::system("command -v chromium > /dev/null 2>&1") != 0)
+  std::string chromium = sluice::test::sh("command -v chromium").out;
+  while (!chromium.empty() && std::isspace(static_cast<unsigned char>(chromium.back()))) chromium.pop_back();
+  if (chromium.empty())
     GTEST_SKIP() << "chromium is not installed (apt-get install chromium, or scripts/install-deps): the page's "
                     "browser test cannot run";
   if (!std::filesystem::exists(node_dir / "node_modules/puppeteer-core") || std::system("node --version > /dev/null 2>&1") != 0)
@@ -120,7 +123,7 @@ TEST(ServeWeb, PageWorksInHeadlessChromium) {
   ASSERT_GT(server.port(), 0) << "server did not start; log: " << server.log();
   const std::filesystem::path shots = sluice::test::scratch_dir() / "web-shots";
   const std::string cmd = "cd '" + node_dir.string() + "' && timeout 90 node web_page.mjs http://127.0.0.1:" +
-                          std::to_string(server.port()) + "/ " + kKey + " '" + shots.string() + "' 2>&1";
+                          std::to_string(server.port()) + "/ " + kKey + " '" + shots.string() + "' '" + chromium + "' 2>&1";
   const auto r = sluice::test::sh(cmd);
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_EQ(r.out.find("FAIL"), std::string::npos) << r.out;
