@@ -1,5 +1,5 @@
 // `sluice gen-model --preset NAME [overrides] -o OUT.gguf`: writes a random-weight GGUF in the
-// real layout of a supported architecture (see model/gen/gen_model.h). This file only maps
+// real layout of a supported architecture (see gen/gen_model.h). This file only maps
 // flags onto the preset's GenSpec; flags not given keep the preset's values.
 #include <fmt/format.h>
 
@@ -8,7 +8,7 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "core/error.h"
-#include "model/gen/gen_model.h"
+#include "gen/gen_model.h"
 
 namespace sluice::cli {
 

@@ -20,7 +20,7 @@
 #include "hub/cache.h"
 #include "hub/download.h"
 #include "hub/hub.h"
-#include "model/sizing.h"
+#include "plan/sizing.h"
 
 namespace sluice::cli {
 

@@ -1,7 +1,7 @@
 // `sluice inspect [MODEL|-m MODEL] [--ram SIZE] [--ctx N] [--disk-rate RATE | --measure-disk] [--json]
 // [--metadata]`: architecture, tokenizer, tensor table, bytes by class and layer, routed-expert
 // size, KV-cache estimate, the RAM verdict and the memory plan `run` follows with the same budget,
-// with an I/O-bound decode estimate. All numbers come from model/sizing and the memory planner;
+// with an I/O-bound decode estimate. All numbers come from plan/sizing and the memory planner;
 // this file only formats them, as a table or JSON.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -17,13 +17,13 @@
 #include "cli/options.h"
 #include "cli/pipeline.h"
 #include "core/meminfo.h"
-#include "model/stage_plan.h"
+#include "plan/stage_plan.h"
 #include "core/disk_probe.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/units.h"
 #include "gguf/gguf.h"
-#include "model/sizing.h"
+#include "plan/sizing.h"
 
 namespace sluice::cli {
 
@@ -240,7 +240,7 @@ void print_human(const gguf::File& file, const ModelReport& r, bool with_metadat
 }  // namespace
 
 // `--plan N`: the stage placement for N hosts and each host's budget, as `mpirun -np N sluice
-// run` would place the layers (cli/pipeline, model/stage_plan).
+// run` would place the layers (cli/pipeline, plan/stage_plan).
 void print_pipeline(const gguf::File& file, const ModelReport& report, const SizingOptions& opts, int n) {
   std::vector<HostFacts> hosts;
   if (pipeline_size() > 1) {

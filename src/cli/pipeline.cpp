@@ -15,8 +15,9 @@
 #include "core/meminfo.h"
 #include "core/units.h"
 #include "gguf/gguf.h"
+#include "model/archs/registry.h"
 #include "model/model.h"
-#include "model/sizing.h"
+#include "plan/sizing.h"
 #include "runtime/stage_link.h"
 #ifdef SLUICE_HAVE_MPI
 #include "mpi/mpi_world.h"

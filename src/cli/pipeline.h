@@ -1,12 +1,12 @@
 // Pipeline-parallel runs for the commands: under `mpirun -np N` (with an MPI build) each process
-// becomes one stage of N, with the layers the placement plan (model/stage_plan.h) or --stages
+// becomes one stage of N, with the layers the placement plan (plan/stage_plan.h) or --stages
 // gives it. Without MPI, or with one process, every function here leaves things as they are.
 #pragma once
 
 #include <vector>
 
 #include "cli/options.h"
-#include "model/stage_plan.h"
+#include "plan/stage_plan.h"
 
 namespace sluice::cli {
 

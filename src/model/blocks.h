@@ -5,7 +5,8 @@
 
 #include <cstdint>
 
-#include "model/model.h"
+#include "model/forward_context.h"
+#include "model/hparams.h"
 #include "model/weights.h"
 #include "ops/rope.h"
 

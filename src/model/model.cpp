@@ -1,4 +1,4 @@
-// Model base: embedding, layer loop, output head and the architecture registry.
+// Model base: embedding, layer loop, output head, the MTP block.
 #include "model/model.h"
 
 #include <algorithm>
@@ -7,7 +7,6 @@
 
 #include "core/error.h"
 #include "gguf/gguf.h"
-#include "model/archs/archs.h"
 #include "model/blocks.h"
 #include "model/weights.h"
 #include "ops/elementwise.h"
@@ -334,21 +333,6 @@ void Model::prefetch_next(ForwardContext& ctx, int il, const float* x) {
       if (chosen[e]) ids.push_back(e);
   }
   ctx.lookahead = {next, std::move(ids), ctx.n_tok == 1 ? PrefetchHint::kRanked : PrefetchHint::kSet};
-}
-
-std::vector<std::string> supported_architectures() {
-  std::vector<std::string> out;
-  for (const auto& a : arch_registry()) out.push_back(a.name);
-  return out;
-}
-
-std::unique_ptr<Model> load_model(const gguf::File& file) {
-  const std::string arch = file.get_string("general.architecture");
-  for (const auto& a : arch_registry())
-    if (arch == a.name) return a.load(file);
-  std::string list;
-  for (const auto& a : arch_registry()) list += (list.empty() ? "" : ", ") + std::string(a.name);
-  fail("architecture '{}' is not supported (supported: {})", arch, list);
 }
 
 }  // namespace sluice

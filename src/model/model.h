@@ -3,7 +3,7 @@
 // expert store is not the model's: the engine owns it and passes it to each forward call, so
 // whoever runs the model says which store (and which cache) it uses.
 // Architectures subclass Model in archs/<arch>.cpp: they declare their tensors and write their
-// layer from the shared blocks in blocks.h.
+// layer from the shared blocks in blocks.h; archs/registry.h loads the one a file names.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +16,7 @@
 #include "core/thread_pool.h"
 #include "experts/expert_store.h"
 #include "kv/kv_cache.h"
+#include "model/forward_context.h"
 #include "model/hparams.h"
 #include "model/routing_tap.h"
 #include "tensor/tensor.h"
@@ -24,65 +25,6 @@ namespace sluice {
 
 namespace gguf { class File; }
 class WeightLoader;
-
-// Tokens to evaluate in one step. Tokens of one sequence must be in position order and continue
-// that sequence's KV cache (pos == current length for the first of them).
-struct Batch {
-  std::vector<int32_t> tokens;
-  std::vector<int32_t> pos;
-  std::vector<int32_t> seq;
-  std::vector<uint8_t> want_logits;
-  void add(int32_t token, int32_t p, int32_t s, bool logits) {
-    tokens.push_back(token);
-    pos.push_back(p);
-    seq.push_back(s);
-    want_logits.push_back(logits ? 1 : 0);
-  }
-  int64_t size() const { return static_cast<int64_t>(tokens.size()); }
-  void clear() { tokens.clear(); pos.clear(); seq.clear(); want_logits.clear(); }
-};
-
-// Optional observer of named intermediates ("attn_out", layer 3, n_tok × dim values) for
-// comparing activations against a reference engine.
-using ActivationHook = std::function<void(const char* name, int layer, const float* data, int64_t rows, int64_t cols)>;
-
-// Scratch and per-step state shared by the blocks of one forward call.
-struct ForwardContext {
-  ThreadPool& pool;
-  const Batch& batch;
-  KvCache& kv;
-  ExpertStore& experts;
-  int64_t n_tok;
-  const ActivationHook* hook;
-  void dump(const char* name, int layer, const float* data, int64_t cols) const {
-    if (hook && *hook) (*hook)(name, layer, data, n_tok, cols);
-  }
-  // A router lookahead prediction waits here until the current layer's experts are pinned
-  // (right after its ExpertStore::begin, or at the end of a layer without routed experts), so
-  // the reads it starts can never evict an expert the current layer is about to use.
-  struct Lookahead {
-    int il = -1;
-    std::vector<int32_t> ids;
-    PrefetchHint hint = PrefetchHint::kSet;
-  };
-  Lookahead lookahead{};
-  // (n_tok·n_used, n_embd) weighted expert outputs per routing slot, reused by every MoE layer of
-  // the pass: at a 512-token prefill it is 32 MiB, which allocated per layer came back as fresh
-  // pages (page faults and zeroing each time) instead of reused ones.
-  std::vector<float> moe_slots{};
-  // Rows whose routed-expert output is read (null: all). forward_mtp sets it to the rows that
-  // want logits: its block is a single layer, so the other rows only fill its KV cache, and
-  // skipping their experts spares a catch-up over many positions from reading (streaming) nearly
-  // every expert of the block. The skipped rows' FFN output is left as the buffer held it.
-  const uint8_t* ffn_rows = nullptr;
-  // Routing trace writer or replay (Model::set_routing_tap); null: none.
-  RoutingTap* routing = nullptr;
-  void issue_lookahead() {
-    if (lookahead.il < 0) return;
-    experts.prefetch(lookahead.il, lookahead.ids, lookahead.hint);
-    lookahead.il = -1;
-  }
-};
 
 class Model {
  public:
@@ -234,9 +176,5 @@ class Model {
   MtpHead mtp_{};
   bool mtp_loaded_ = false;
 };
-
-// Loads the architecture named by general.architecture; throws naming unsupported ones.
-std::unique_ptr<Model> load_model(const gguf::File& file);
-std::vector<std::string> supported_architectures();
 
 }  // namespace sluice

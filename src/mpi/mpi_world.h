@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "model/memory_plan.h"
+#include "plan/memory_plan.h"
 #include "runtime/stage_link.h"
 
 namespace sluice {

@@ -1,6 +1,6 @@
 // Expert placement: routed experts (ffn_*_exps and the legacy per-expert tensors) are the only
 // tensors that may stay on disk; everything else is resident. Where they go and how large the
-// cache is comes from the memory planner (model/memory_plan.h), the same function `inspect`
+// cache is comes from the memory planner (plan/memory_plan.h), the same function `inspect`
 // calls; this file reads the budget and builds the chosen store.
 #include "runtime/expert_setup.h"
 
@@ -17,8 +17,8 @@
 #include "experts/stream_store.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
-#include "model/sizing.h"
-#include "model/tensor_class.h"
+#include "plan/sizing.h"
+#include "plan/tensor_class.h"
 
 namespace sluice {
 

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "experts/expert_store.h"
-#include "model/memory_plan.h"
+#include "plan/memory_plan.h"
 #include "sluice/sluice.h"
 
 namespace sluice {
@@ -16,7 +16,7 @@ class KvCache;
 class Model;
 
 struct ExpertPlan {
-  MemoryFacts facts;   // from the file (model/sizing), with the engine's KV bytes
+  MemoryFacts facts;   // from the file (plan/sizing), with the engine's KV bytes
   MemoryPlan memory;   // placement, cache size and why
 };
 

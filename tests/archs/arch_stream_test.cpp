@@ -15,7 +15,8 @@
 
 #include "core/thread_pool.h"
 #include "gguf/gguf.h"
-#include "model/gen/gen_model.h"
+#include "gen/gen_model.h"
+#include "model/archs/registry.h"
 #include "model/model.h"
 #include "runtime/expert_setup.h"
 #include "sampling/sampler.h"

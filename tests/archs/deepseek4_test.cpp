@@ -12,8 +12,9 @@
 #include "experts/expert_store.h"
 #include "gguf/gguf.h"
 #include "kv/ds4_cache.h"
+#include "model/archs/registry.h"
 #include "model/model.h"
-#include "model/sizing.h"
+#include "plan/sizing.h"
 #include "sluice/serving.h"
 #include "sluice/sluice.h"
 

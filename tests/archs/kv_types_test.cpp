@@ -16,6 +16,7 @@
 #include "core/thread_pool.h"
 #include "experts/expert_store.h"
 #include "gguf/gguf.h"
+#include "model/archs/registry.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
 #include "sluice/sluice.h"

@@ -1,4 +1,4 @@
-// Absorbed multi-head latent attention (model/mla.h) against the naive formulation on random
+// Absorbed multi-head latent attention (model/archs/mla.h) against the naive formulation on random
 // weights: keys and values decompressed per head (k_nope = W_kbᵀ·c, v = W_vb·c), concatenated
 // with the rope parts and attended in double precision. Covers a prefill batch holding two
 // sequences, then single-token decode steps that read the latent cache written before.
@@ -10,7 +10,7 @@
 
 #include "core/thread_pool.h"
 #include "kv/kv_cache.h"
-#include "model/mla.h"
+#include "model/archs/mla.h"
 #include "ops/elementwise.h"
 #include "ops/rope.h"
 

@@ -20,9 +20,11 @@
 #include "core/thread_pool.h"
 #include "experts/expert_store.h"
 #include "gguf/gguf.h"
-#include "model/gen/gen_model.h"
+#include "gen/gen_model.h"
+#include "model/archs/registry.h"
 #include "model/model.h"
-#include "model/sizing.h"
+#include "plan/sizing.h"
+#include "../unit/ds4_cut.h"
 #include "mtp_support.h"
 #include "quant/dequant.h"
 #include "runtime/expert_setup.h"
@@ -38,22 +40,9 @@ namespace {
 // Six layers of every kind (window-only, ratio 4 with the indexer, ratio 128; hash and selection
 // routing), F32 weights so the recomputation is exact up to summation order.
 GenSpec v4_spec() {
-  GenSpec s = gen_preset("deepseek-v4-flash");
-  s.n_layer = 6;
-  s.n_embd = 128;
-  s.n_head = 4;
-  s.head_dim = 64;
-  s.rope_dim = 16;
-  s.q_lora_rank = 64;
-  s.n_out_groups = 2;
-  s.out_lora_rank = 32;
-  s.sliding_window = 16;
-  s.indexer_heads = 4;
-  s.indexer_dim = 64;
-  s.indexer_top_k = 4;
-  s.n_expert = 8;
-  s.n_expert_used = 2;
-  s.n_ff_exp = 64;
+  GenSpec s = test::ds4_cut({.n_embd = 128, .head_dim = 64, .rope_dim = 16, .q_lora_rank = 64,
+                             .out_lora_rank = 32, .window = 16, .indexer_heads = 4, .indexer_dim = 64,
+                             .indexer_top_k = 4, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 64});
   s.n_vocab = 0;
   s.type_experts = s.type_attn = s.type_attn_v = s.type_embd = s.type_output = s.type_dense =
       s.type_aux = GgmlType::F32;

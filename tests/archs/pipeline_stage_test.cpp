@@ -13,6 +13,7 @@
 #include "core/thread_pool.h"
 #include "experts/expert_store.h"
 #include "gguf/gguf.h"
+#include "model/archs/registry.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
 

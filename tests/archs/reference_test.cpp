@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gguf/gguf.h"
+#include "model/archs/registry.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
 #include "sluice/sluice.h"

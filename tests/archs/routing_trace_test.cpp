@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "gguf/gguf.h"
+#include "model/archs/registry.h"
 #include "model/model.h"
 #include "runtime/routing_taps.h"
 #include "sluice/sluice.h"

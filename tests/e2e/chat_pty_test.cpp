@@ -231,16 +231,10 @@ TEST(ChatPty, TinyModelUsesTheFallbackFormat) {
 
 TEST(ChatPipe, ReadsPlainLinesWithoutATerminal) {
   const std::string cmd = std::string("printf 'Once upon a time\\n/stats\\n/bogus\\nThe end\\n' | ") + SLUICE_BIN +
-                          " chat -m " + kTiny + " --temp 0 -n 6 -t 2 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int st = pclose(p);
-  ASSERT_TRUE(WIFEXITED(st));
-  EXPECT_EQ(WEXITSTATUS(st), 0) << out;
+                          " chat -m " + kTiny + " --temp 0 -n 6 -t 2";
+  const auto [status, out] = sluice::test::sh(cmd);
+  ASSERT_NE(status, -1) << out;
+  EXPECT_EQ(status, 0) << out;
   EXPECT_EQ(out.find("you> "), std::string::npos) << out;  // no prompt in a pipe
   EXPECT_NE(out.find("last turn: prompt "), std::string::npos) << out;
   EXPECT_NE(out.find("unknown command '/bogus'"), std::string::npos) << out;

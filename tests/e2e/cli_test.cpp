@@ -10,15 +10,14 @@
 #include <string>
 #include <vector>
 
+#include "../unit/test_util.h"
+
 namespace {
 
 const std::string kSource = SLUICE_SOURCE_DIR;
 const std::string kModel = kSource + "/models/sluice-tiny-moe.gguf";
 
-struct Result {
-  int status;
-  std::string out;
-};
+using Result = sluice::test::ShellResult;
 
 // The column of every '|' in a table line, counting UTF-8 characters (not bytes).
 std::vector<size_t> bar_columns(const std::string& line) {
@@ -32,16 +31,7 @@ std::vector<size_t> bar_columns(const std::string& line) {
   return at;
 }
 
-Result run(const std::string& args) {
-  const std::string cmd = std::string(SLUICE_BIN) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
+Result run(const std::string& args) { return sluice::test::sh(std::string(SLUICE_BIN) + " " + args); }
 
 }  // namespace
 

@@ -22,22 +22,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct CliResult {
-  int code;
-  std::string out;  // stdout and stderr together
-};
+using CliResult = test::ShellResult;  // status, then stdout and stderr together
 
-CliResult sluice_cli(const std::string& args) {
-  const std::string cmd = std::string(SLUICE_BIN) + " " + args + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  CliResult r{-1, ""};
-  if (!p) return r;
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) r.out.append(buf, n);
-  const int status = ::pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+CliResult sluice_cli(const std::string& args) { return test::sh(std::string(SLUICE_BIN) + " " + args); }
 
 class PackGguf : public testing::Test {
  protected:
@@ -76,7 +63,7 @@ class PackGguf : public testing::Test {
 
   void expect_refused(const Json& manifest, const std::string& message_part) {
     CliResult r = pack(manifest);
-    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_EQ(r.status, 1) << r.out;
     EXPECT_NE(r.out.find(message_part), std::string::npos) << r.out;
     EXPECT_FALSE(fs::exists(dir_ / "out.gguf"));
   }
@@ -88,7 +75,7 @@ class PackGguf : public testing::Test {
 
 TEST_F(PackGguf, RoundTripsMetadataAndTensorBytes) {
   CliResult r = pack(manifest_);
-  ASSERT_EQ(r.code, 0) << r.out;
+  ASSERT_EQ(r.status, 0) << r.out;
   auto f = gguf::File::open((dir_ / "out.gguf").string());
   ASSERT_EQ(f->metadata().size(), 6u);
   EXPECT_EQ(f->metadata()[0].first, "general.architecture");
@@ -196,12 +183,12 @@ TEST(TinyMoeModel, HasTheQwen3MoeLayoutItsCardDescribes) {
 }  // namespace
 
 TEST_F(PackGguf, AnExistingOutputNeedsForce) {
-  ASSERT_EQ(pack(manifest_).code, 0);
+  ASSERT_EQ(pack(manifest_).status, 0);
   const std::string out = (dir_ / "out.gguf").string(), m = (dir_ / "m.json").string();
   CliResult r = sluice_cli("pack-gguf " + m + " -o " + out);
-  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_EQ(r.status, 1) << r.out;
   EXPECT_NE(r.out.find("exists: refusing to overwrite it (--force replaces it)"), std::string::npos) << r.out;
   r = sluice_cli("pack-gguf " + m + " -o " + out + " --force");
-  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_EQ(gguf::File::open(out)->get_string("general.architecture"), "qwen3moe");
 }

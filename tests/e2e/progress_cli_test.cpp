@@ -17,15 +17,9 @@ const std::string kSource = SLUICE_SOURCE_DIR;
 const std::string kModel = kSource + "/models/sluice-tiny-moe.gguf";
 
 std::pair<int, std::string> run(const std::string& args) {
-  const std::string cmd =
-      "SLUICE_PROGRESS_DELAY=0 " + std::string(SLUICE_BIN) + " " + args + " 2>&1 </dev/null";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+  const auto [status, out] =
+      sluice::test::sh("SLUICE_PROGRESS_DELAY=0 " + std::string(SLUICE_BIN) + " " + args + " </dev/null");
+  return {status, out};
 }
 
 TEST(Progress, LinesWithoutATerminalAndNothingWhenQuiet) {

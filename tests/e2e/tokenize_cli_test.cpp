@@ -20,22 +20,9 @@ using namespace sluice;
 
 namespace {
 
-struct CliResult {
-  int code;
-  std::string out;  // stdout and stderr together
-};
+using CliResult = test::ShellResult;  // status, then stdout and stderr together
 
-CliResult sluice_cli(const std::string& args) {
-  const std::string cmd = std::string(SLUICE_BIN) + " " + args + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  CliResult r{-1, ""};
-  if (!p) return r;
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) r.out.append(buf, n);
-  const int status = ::pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+CliResult sluice_cli(const std::string& args) { return test::sh(std::string(SLUICE_BIN) + " " + args); }
 
 const std::string kStories = test::testdata("models/stories260K.gguf");
 
@@ -55,18 +42,18 @@ TEST_F(TokenizeCli, IdsJsonAndPieces) {
   const auto want = tok_->encode(text, true, false);
 
   const CliResult ids = sluice_cli("tokenize -m " + kStories + " -p '" + text + "' --ids");
-  ASSERT_EQ(ids.code, 0) << ids.out;
+  ASSERT_EQ(ids.status, 0) << ids.out;
   EXPECT_EQ(ids.out, fmt::format("{}\n", fmt::join(want, " ")));
 
   const CliResult js = sluice_cli("tokenize -m " + kStories + " -p '" + text + "' --json");
-  ASSERT_EQ(js.code, 0) << js.out;
+  ASSERT_EQ(js.status, 0) << js.out;
   const auto j = nlohmann::json::parse(js.out);
   EXPECT_EQ(j.at("ids").get<std::vector<int32_t>>(), want);
   ASSERT_EQ(j.at("pieces").size(), want.size());
   EXPECT_EQ(j["pieces"][1].get<std::string>(), tok_->token_bytes(want[1]));
 
   const CliResult plain = sluice_cli("tokenize -m " + kStories + " -p 'Once'");
-  ASSERT_EQ(plain.code, 0) << plain.out;
+  ASSERT_EQ(plain.status, 0) << plain.out;
   EXPECT_EQ(plain.out, fmt::format("1 '<s>'\n{} ' Once'\n", tok_->encode("Once", false, false).at(0)));
 }
 
@@ -74,18 +61,18 @@ TEST_F(TokenizeCli, NoBosAndFileInput) {
   const std::string path = (test::scratch_dir() / "prompt.txt").string();
   std::ofstream(path) << "line one\nline two\n";
   const CliResult r = sluice_cli("tokenize -m " + kStories + " -f " + path + " --ids --no-bos");
-  ASSERT_EQ(r.code, 0) << r.out;
+  ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_EQ(r.out, fmt::format("{}\n", fmt::join(tok_->encode("line one\nline two\n", false, false), " ")));
 }
 
 TEST_F(TokenizeCli, ErrorsExitNonZeroWithAMessage) {
   const CliResult none = sluice_cli("tokenize -m " + kStories);
-  EXPECT_EQ(none.code, 1);
+  EXPECT_EQ(none.status, 1);
   EXPECT_NE(none.out.find("-p TEXT or -f FILE"), std::string::npos) << none.out;
   const CliResult both = sluice_cli("tokenize -m " + kStories + " -p a -f b");
-  EXPECT_NE(both.code, 0);
+  EXPECT_NE(both.status, 0);
   const CliResult missing = sluice_cli("tokenize -m /nonexistent.gguf -p a");
-  EXPECT_EQ(missing.code, 2);  // an argument error, as for every model command
+  EXPECT_EQ(missing.status, 2);  // an argument error, as for every model command
   EXPECT_NE(missing.out.find("File does not exist: /nonexistent.gguf"), std::string::npos) << missing.out;
 }
 
@@ -107,11 +94,11 @@ TEST(ConvertTokenizerCli, ConvertsAndTokenizes) {
   const std::string out = (dir / "vocab.gguf").string();
   const CliResult conv = sluice_cli("convert-tokenizer " + (dir / "tokenizer.json").string() + " " +
                               (dir / "tokenizer_config.json").string() + " -o " + out);
-  ASSERT_EQ(conv.code, 0) << conv.out;
+  ASSERT_EQ(conv.status, 0) << conv.out;
   EXPECT_NE(conv.out.find("pre-tokenizer 'gpt-2'"), std::string::npos) << conv.out;
 
   const CliResult ids = sluice_cli("tokenize -m " + out + " -p 'hello hello<|eos|>' --special --ids");
-  ASSERT_EQ(ids.code, 0) << ids.out;
+  ASSERT_EQ(ids.status, 0) << ids.out;
   EXPECT_EQ(ids.out, "8 9 10\n");
   auto f = gguf::File::open(out);
   auto tok = Tokenizer::from_gguf(*f);
@@ -125,10 +112,10 @@ TEST(ConvertTokenizerCli, UnknownPreTokenizerNeedsAName) {
   write_tiny_hf(dir, R"({"type":"Split","pattern":{"Regex":"\\w+"},"behavior":"Isolated","invert":false})");
   const std::string out = (dir / "vocab.gguf").string();
   const CliResult conv = sluice_cli("convert-tokenizer " + (dir / "tokenizer.json").string() + " -o " + out);
-  EXPECT_EQ(conv.code, 1);
+  EXPECT_EQ(conv.status, 1);
   EXPECT_NE(conv.out.find("pass the pre-tokenizer name"), std::string::npos) << conv.out;
   const CliResult forced = sluice_cli("convert-tokenizer " + (dir / "tokenizer.json").string() + " -o " + out + " --pre gpt-2");
-  EXPECT_EQ(forced.code, 0) << forced.out;
+  EXPECT_EQ(forced.status, 0) << forced.out;
 }
 
 }  // namespace

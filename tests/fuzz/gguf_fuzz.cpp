@@ -13,7 +13,7 @@
 
 #include "core/error.h"
 #include "gguf/gguf.h"
-#include "model/sizing.h"
+#include "plan/sizing.h"
 
 namespace {
 

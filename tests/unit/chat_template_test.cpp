@@ -82,17 +82,10 @@ std::string run_node(const fs::path& tmpl, const fs::path& context, bool* ok) {
   std::string cmd = "node '" + (fs::path(SLUICE_SOURCE_DIR) / "tests/node/render_jinja.mjs").string() + "' '" +
                     tmpl.string() + "' '" + context.string() + "' --now " + std::to_string(kGoldenNow) +
                     " 2>/dev/null";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) {
-    *ok = false;
-    return {};
-  }
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  *ok = pclose(p) == 0;
-  return out;
+  // The redirection inside the group drops node's stderr; only its stdout is read.
+  test::ShellResult r = test::sh("{ " + cmd + "; }");
+  *ok = r.status == 0;
+  return r.out;
 }
 
 }  // namespace

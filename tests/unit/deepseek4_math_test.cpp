@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "kv/ds4_cache.h"
-#include "model/compressor.h"
-#include "model/hyper_connections.h"
+#include "model/archs/deepseek4/compressor.h"
+#include "model/archs/deepseek4/hyper_connections.h"
 
 using namespace sluice;
 

@@ -21,9 +21,10 @@
 #include "core/thread_pool.h"
 #include "experts/expert_store.h"
 #include "gguf/gguf.h"
-#include "model/gen/gen_model.h"
-#include "model/gen/random_fill.h"
-#include "model/gen/zipf.h"
+#include "gen/gen_model.h"
+#include "gen/random_fill.h"
+#include "gen/zipf.h"
+#include "model/archs/registry.h"
 #include "model/model.h"
 #include "quant/dequant.h"
 #include "sluice/sluice.h"
@@ -413,13 +414,9 @@ TEST(GenModel, DefaultVocabularyPrefersTheEnvironment) {
 
 TEST(GenModelCli, WritesAModelAndRejectsBadTypes) {
   auto run = [](const std::string& args, int* status) {
-    std::string out;
-    FILE* p = popen((std::string(SLUICE_BIN) + " gen-model " + args + " 2>&1").c_str(), "r");
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-    *status = pclose(p);
-    return out;
+    test::ShellResult r = test::sh(std::string(SLUICE_BIN) + " gen-model " + args);
+    *status = r.status;
+    return r.out;
   };
   const std::string path = (test::scratch_dir() / "cli.gguf").string();
   int status = -1;
@@ -444,13 +441,8 @@ TEST(GenModelCli, WritesAModelAndRejectsBadTypes) {
 
 TEST(GenModelCli, AnExistingOutputNeedsForceAndIsReplacedWhole) {
   auto run = [](const std::string& args) {
-    FILE* p = popen((std::string(SLUICE_BIN) + " gen-model --preset tiny " + args + " 2>&1").c_str(), "r");
-    char buf[4096];
-    std::string out;
-    size_t n;
-    while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-    const int st = pclose(p);
-    return std::make_pair(WIFEXITED(st) ? WEXITSTATUS(st) : -1, out);
+    const test::ShellResult r = test::sh(std::string(SLUICE_BIN) + " gen-model --preset tiny " + args);
+    return std::make_pair(r.status, r.out);
   };
   const std::filesystem::path dir = test::scratch_dir() / "force";
   std::filesystem::create_directories(dir);

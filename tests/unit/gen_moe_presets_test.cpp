@@ -16,12 +16,14 @@
 #include "core/error.h"
 #include "gguf/gguf.h"
 #include "kv/kv_cache.h"
-#include "model/gen/gen_model.h"
+#include "gen/gen_model.h"
+#include "model/archs/registry.h"
 #include "model/model.h"
-#include "model/sizing.h"
-#include "model/tensor_class.h"
+#include "plan/sizing.h"
+#include "plan/tensor_class.h"
 #include "quant/dequant.h"
 #include "sluice/sluice.h"
+#include "ds4_cut.h"
 #include "test_util.h"
 
 using namespace sluice;
@@ -397,22 +399,9 @@ std::map<std::string, Ds4Want> ds4_layout(const GenSpec& s) {
 
 // Six layers (every layer kind, hash and non-hash) of the reference model's small dims.
 GenSpec ds4_cut() {
-  GenSpec s = gen_preset("deepseek-v4-flash");
-  s.n_layer = 6;
-  s.n_embd = 256;
-  s.n_head = 4;
-  s.head_dim = 128;
-  s.rope_dim = 32;
-  s.q_lora_rank = 128;
-  s.n_out_groups = 2;
-  s.out_lora_rank = 64;
-  s.sliding_window = 64;
-  s.indexer_heads = 16;
-  s.indexer_dim = 64;
-  s.indexer_top_k = 16;
-  s.n_expert = 16;
-  s.n_expert_used = 4;
-  s.n_ff_exp = 256;
+  GenSpec s = test::ds4_cut({.n_embd = 256, .head_dim = 128, .rope_dim = 32, .q_lora_rank = 128,
+                             .out_lora_rank = 64, .window = 64, .indexer_heads = 16, .indexer_dim = 64,
+                             .indexer_top_k = 16, .n_expert = 16, .n_expert_used = 4, .n_ff_exp = 256});
   s.n_vocab = 2048;
   s.vocab_from = kVocab;
   return s;

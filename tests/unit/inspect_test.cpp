@@ -14,7 +14,7 @@
 #include "core/units.h"
 #include "gguf/gguf.h"
 #include "gguf/writer.h"
-#include "model/sizing.h"
+#include "plan/sizing.h"
 #include "test_util.h"
 
 using namespace sluice;
@@ -73,13 +73,9 @@ void add_zeros(gguf::Writer& w, const std::string& name, std::vector<int64_t> ne
 }
 
 std::string run(const std::string& args, int* status) {
-  std::string out;
-  FILE* p = popen((std::string(SLUICE_BIN) + " " + args + " 2>&1").c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  *status = pclose(p);
-  return out;
+  test::ShellResult r = test::sh(std::string(SLUICE_BIN) + " " + args);
+  *status = r.status;
+  return r.out;
 }
 
 }  // namespace
@@ -104,8 +100,13 @@ TEST(InspectSizing, ByteTotalsMatchIndependentSums) {
     EXPECT_EQ(class_sum, r.total_bytes);
     ASSERT_EQ(r.layers.size(), s.per_layer.size());
     for (const auto& lb : r.layers) EXPECT_EQ(lb.total(), s.per_layer.at(lb.layer.value_or(-1)));
-    EXPECT_EQ(r.verdict.resident, s.total - s.routed);
+    // The verdict counts what the plan counts: the forward layers' weights (a nextn block is
+    // neither resident nor routed).
+    EXPECT_EQ(r.verdict.resident, r.facts.resident_bytes);
     EXPECT_EQ(r.verdict.routed, s.routed);
+    if (r.first_mtp_layer < 0) {
+      EXPECT_EQ(r.verdict.resident, s.total - s.routed);
+    }
     // One routed expert per layer: every layer with experts appears in exactly one shape.
     size_t layers_in_shapes = 0;
     for (const auto& shape : r.expert_shapes)
@@ -214,28 +215,47 @@ TEST(InspectSizing, AbsurdLayerCountGivesNoKvEstimate) {
   EXPECT_EQ(estimate_kv(m, 4096).bytes_per_token, 48u * 8 * (128 + 128) * 4);
 }
 
+// A plan whose fixed costs (100 B resident, 50 B KV, no margin) take 150 B of `usable`.
+Verdict verdict_at(uint64_t usable, uint64_t routed = 1000) {
+  MemoryFacts f;
+  f.resident_bytes = 100;
+  f.routed_bytes = routed;
+  MemoryPlan p;
+  p.usable = usable;
+  p.kv_bytes = 50;
+  p.fixed = 150;
+  return make_verdict(f, p, usable);
+}
+
 TEST(InspectVerdict, Thresholds) {
-  // 1000 B of routed experts after 100 B resident + 50 B KV: the budget is ram − 150.
-  auto at = [](uint64_t ram) { return make_verdict(ram, 100, 50, 1000); };
-  EXPECT_EQ(at(1150).level, VerdictLevel::NearInRam);
-  EXPECT_DOUBLE_EQ(at(5000).fraction, 1.0);
-  EXPECT_EQ(at(850).level, VerdictLevel::NearInRam);  // exactly 70 %
-  EXPECT_EQ(at(850).message, "near in-RAM speed");
-  EXPECT_EQ(at(849).level, VerdictLevel::Usable);
-  EXPECT_EQ(at(849).message, "usable, prompt-dependent");
-  EXPECT_EQ(at(550).level, VerdictLevel::Usable);  // exactly 40 %
-  EXPECT_EQ(at(549).level, VerdictLevel::TooSmall);
-  EXPECT_EQ(at(549).message, "choose a smaller quant");
-  EXPECT_EQ(at(100).expert_budget, 0u);
-  EXPECT_NE(at(100).message.find("exceed"), std::string::npos);
-  // The planner's reserve (unusable share, margin) comes off the budget before the thresholds.
-  EXPECT_EQ(make_verdict(1000, 100, 50, 1000, 150).level, VerdictLevel::NearInRam);  // exactly 70 %
-  EXPECT_EQ(make_verdict(999, 100, 50, 1000, 150).level, VerdictLevel::Usable);
+  // 1000 B of routed experts: the expert budget is usable − fixed = usable − 150.
+  EXPECT_EQ(verdict_at(1150).level, VerdictLevel::NearInRam);
+  EXPECT_DOUBLE_EQ(verdict_at(5000).fraction, 1.0);
+  EXPECT_EQ(verdict_at(850).level, VerdictLevel::NearInRam);  // exactly 70 %
+  EXPECT_EQ(verdict_at(850).message, "near in-RAM speed");
+  EXPECT_EQ(verdict_at(849).level, VerdictLevel::Usable);
+  EXPECT_EQ(verdict_at(849).message, "usable, prompt-dependent");
+  EXPECT_EQ(verdict_at(550).level, VerdictLevel::Usable);  // exactly 40 %
+  EXPECT_EQ(verdict_at(549).level, VerdictLevel::TooSmall);
+  EXPECT_EQ(verdict_at(549).message, "choose a smaller quant");
+  EXPECT_EQ(verdict_at(100).expert_budget, 0u);
+  EXPECT_NE(verdict_at(100).message.find("exceed"), std::string::npos);
+  // What the planner keeps back (the unusable share, margin, overhead) is the verdict's reserve.
+  MemoryFacts f;
+  f.routed_bytes = 1000;
+  MemoryPlan p;
+  p.usable = 950;
+  p.margin = 20;
+  p.overhead = 30;
+  p.fixed = 50;
+  const Verdict v = make_verdict(f, p, 1000);
+  EXPECT_EQ(v.reserved, 100u);
+  EXPECT_EQ(v.expert_budget, 900u);
   // No routed experts: nothing to place, the verdict is whether the rest fits.
-  EXPECT_EQ(make_verdict(200, 100, 50, 0).level, VerdictLevel::NearInRam);
-  EXPECT_EQ(make_verdict(120, 100, 50, 0).level, VerdictLevel::TooSmall);
+  EXPECT_EQ(verdict_at(200, 0).level, VerdictLevel::NearInRam);
+  EXPECT_EQ(verdict_at(120, 0).level, VerdictLevel::TooSmall);
   // Large values do not overflow the threshold arithmetic.
-  EXPECT_EQ(make_verdict(UINT64_MAX, 0, 0, UINT64_MAX / 2).level, VerdictLevel::NearInRam);
+  EXPECT_EQ(verdict_at(UINT64_MAX, UINT64_MAX / 2).level, VerdictLevel::NearInRam);
 }
 
 TEST(InspectVerdict, FlagSizesParseBackWithinOnePercent) {
@@ -282,9 +302,9 @@ TEST(InspectCli, HumanOutputAndErrors) {
   EXPECT_NE(out.find("verdict: near in-RAM speed"), std::string::npos) << out;
   // A missing file and a bad size are argument errors (exit 2), naming the file and the flag.
   out = run("inspect /nonexistent.gguf --ram 1GB", &status);
-  EXPECT_EQ(WEXITSTATUS(status), 2);
+  EXPECT_EQ(status, 2);
   EXPECT_NE(out.find("File does not exist: /nonexistent.gguf"), std::string::npos) << out;
   out = run("inspect " + test::testdata("models/stories260K.gguf") + " --ram 12XB", &status);
-  EXPECT_EQ(WEXITSTATUS(status), 2);
+  EXPECT_EQ(status, 2);
   EXPECT_NE(out.find("--ram: unknown unit 'xb'"), std::string::npos) << out;
 }

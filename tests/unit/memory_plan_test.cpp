@@ -5,8 +5,8 @@
 #include "core/error.h"
 #include "core/units.h"
 #include "gguf/gguf.h"
-#include "model/memory_plan.h"
-#include "model/sizing.h"
+#include "plan/memory_plan.h"
+#include "plan/sizing.h"
 #include "sluice/sluice.h"
 #include "test_util.h"
 

@@ -1,7 +1,7 @@
 // Pipeline placement as a pure function: layers split by estimated time per stage (so a host with
 // less memory and a slow disk takes fewer layers), each stage planned by the memory planner, and
 // --stages parsed strictly.
-#include "model/stage_plan.h"
+#include "plan/stage_plan.h"
 
 #include <gtest/gtest.h>
 

@@ -6,7 +6,7 @@
 #include <regex>
 
 #include "gguf/gguf.h"
-#include "model/tensor_class.h"
+#include "plan/tensor_class.h"
 #include "test_util.h"
 
 using namespace sluice;

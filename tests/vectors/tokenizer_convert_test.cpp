@@ -108,13 +108,10 @@ INSTANTIATE_TEST_SUITE_P(All, ConvertedVocabCases, testing::ValuesIn(cases_witho
 std::optional<nlohmann::json> node_reference(const std::string& pkg, const std::string& input) {
   const std::string cmd = "cd '" + kNodeDir.string() + "' && node tokenize.mjs '" + package_dir(pkg).string() +
                           "' '" + input + "' 2>/dev/null";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return std::nullopt;
-  std::string out;
-  char buf[65536];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  if (::pclose(p) != 0 || out.empty()) return std::nullopt;
-  return nlohmann::json::parse(out);
+  // The redirection inside the group drops node's stderr; only its stdout is read.
+  const test::ShellResult r = test::sh("{ " + cmd + "; }");
+  if (r.status != 0 || r.out.empty()) return std::nullopt;
+  return nlohmann::json::parse(r.out);
 }
 
 class NodeDifferential : public testing::TestWithParam<std::pair<std::string, std::string>> {};

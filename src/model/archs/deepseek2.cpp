@@ -19,7 +19,8 @@
 
 #include "core/error.h"
 #include "gguf/gguf.h"
-#include "model/mla.h"
+#include "model/archs/mla.h"
+#include "model/model.h"
 #include "model/weights.h"
 #include "quant/dequant.h"
 

@@ -5,21 +5,20 @@
 // exp_probs_b, weights renormalised and scaled, SwiGLU experts, plus an always-on shared expert →
 // residual. Real files append nextn_predict_layers multi-token-prediction layers to block_count;
 // the first is loaded only for MTP drafting (Model::load_mtp), as layer n_layer with its own KV.
-#include <cmath>
 #include <memory>
 
 #include "core/error.h"
 #include "gguf/gguf.h"
-#include "model/blocks.h"
+#include "model/archs/decoder.h"
 #include "model/weights.h"
 
 namespace sluice {
 
 namespace {
 
-class Glm4Moe final : public Model {
+class Glm4Moe final : public DecoderModel {
  public:
-  explicit Glm4Moe(const gguf::File& f) : Model(read_hparams(f)) {
+  explicit Glm4Moe(const gguf::File& f) : DecoderModel(read_hparams(f)) {
     const std::string a = hp_.arch + ".";
     // Multimodal GLM files rotate sections by separate position streams (M-RoPE).
     if (f.has(a + "rope.dimension_sections"))
@@ -53,25 +52,8 @@ class Glm4Moe final : public Model {
     load_layer(f, wl, il, layers_[il]);
   }
 
-  void layer(ForwardContext& ctx, int il, float* x) override {
-    const Layer& L = layers_[il];
-    AttentionConfig ac;
-    ac.n_head = hp_.n_head[il];
-    ac.n_head_kv = hp_.n_head_kv[il];
-    ac.head_dim_k = ac.head_dim_v = hp_.head_dim_k;
-    ac.scale = 1.0f / std::sqrt(static_cast<float>(hp_.head_dim_k));
-    ac.eps = hp_.rms_eps;
-    ac.rope = rope_.get();
-    attention_block(ctx, il, L.attn, ac, x);
-    prefetch_next(ctx, il, x);
-    ffn_block(ctx, il, L.ffn, router_, ExpertActivation::kSwiglu, hp_.rms_eps, x);
-  }
 
  private:
-  struct Layer {
-    AttentionWeights attn;
-    FfnLayerWeights ffn;  // post_attention_norm; dense, or router + experts + shared expert
-  };
 
   // Layer il's weights; a MoE layer's routed experts go into expert_layout_.layers[il].
   void load_layer(const gguf::File& f, const WeightLoader& wl, int il, Layer& L) {
@@ -102,9 +84,6 @@ class Glm4Moe final : public Model {
     L.ffn.shexp = load_swiglu(wl, il, "_shexp", n_embd, n_ff_sh);
   }
 
-  RouterConfig router_;
-  std::vector<Layer> layers_;
-  std::unique_ptr<RopeCache> rope_;
 };
 
 }  // namespace

@@ -4,21 +4,20 @@
 // context) → residual → RMSNorm (post_attention_norm) → MoE: router with bias, top-k of the
 // logits, softmax over the chosen logits, experts with biases and the clamped gpt-oss SwiGLU
 // (gate·σ(1.702·gate)·(up + 1)) → residual. Every layer is MoE; there is no shared expert.
-#include <cmath>
 #include <memory>
 
 #include "core/error.h"
 #include "gguf/gguf.h"
-#include "model/blocks.h"
+#include "model/archs/decoder.h"
 #include "model/weights.h"
 
 namespace sluice {
 
 namespace {
 
-class GptOss final : public Model {
+class GptOss final : public DecoderModel {
  public:
-  explicit GptOss(const gguf::File& f) : Model(read_hparams(f)) {
+  explicit GptOss(const gguf::File& f) : DecoderModel(read_hparams(f)) {
     hp_.rope.type = RopeType::kNeox;
     if (hp_.n_expert == 0) fail("gpt-oss model without {}.expert_count", hp_.arch);
     if (hp_.sliding_window <= 0) fail("gpt-oss model without {}.attention.sliding_window", hp_.arch);
@@ -58,33 +57,10 @@ class GptOss final : public Model {
     router_.n_expert = hp_.n_expert;
     router_.n_used = hp_.n_expert_used;
     router_.gating = GatingFunc::kSoftmaxWeight;  // llama.cpp passes it explicitly, whatever the file says
+    activation_ = ExpertActivation::kSwigluOai;
     rope_ = std::make_unique<RopeCache>(hp_.rope, nullptr);
   }
 
- protected:
-  void layer(ForwardContext& ctx, int il, float* x) override {
-    const Layer& L = layers_[il];
-    AttentionConfig ac;
-    ac.n_head = hp_.n_head[il];
-    ac.n_head_kv = hp_.n_head_kv[il];
-    ac.head_dim_k = ac.head_dim_v = hp_.head_dim_k;
-    ac.scale = 1.0f / std::sqrt(static_cast<float>(hp_.rope.n_rot));
-    ac.window = hp_.swa_layers[il] ? hp_.sliding_window : 0;
-    ac.eps = hp_.rms_eps;
-    ac.rope = rope_.get();
-    attention_block(ctx, il, L.attn, ac, x);
-    prefetch_next(ctx, il, x);
-    ffn_block(ctx, il, L.ffn, router_, ExpertActivation::kSwigluOai, hp_.rms_eps, x);
-  }
-
- private:
-  struct Layer {
-    AttentionWeights attn;
-    FfnLayerWeights ffn;    // post_attention_norm, router with bias; experts carry biases
-  };
-  RouterConfig router_;
-  std::vector<Layer> layers_;
-  std::unique_ptr<RopeCache> rope_;
 };
 
 }  // namespace

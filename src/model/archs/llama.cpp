@@ -3,21 +3,20 @@
 // optional per-dimension rope_freqs → residual → RMSNorm → SwiGLU FFN, or MoE (softmax router,
 // top-k, renormalised) with experts either merged (ffn_*_exps, n_expert slices) or in the legacy
 // layout of one tensor per expert (blk.N.ffn_gate.E.weight) → residual.
-#include <cmath>
 #include <memory>
 
 #include "core/error.h"
 #include "gguf/gguf.h"
-#include "model/blocks.h"
+#include "model/archs/decoder.h"
 #include "model/weights.h"
 
 namespace sluice {
 
 namespace {
 
-class Llama final : public Model {
+class Llama final : public DecoderModel {
  public:
-  explicit Llama(const gguf::File& f) : Model(read_hparams(f)) {
+  explicit Llama(const gguf::File& f) : DecoderModel(read_hparams(f)) {
     hp_.rope.type = RopeType::kNorm;
     hp_.expert_weights_norm = true;
     load_embedding_and_head(f);
@@ -65,30 +64,6 @@ class Llama final : public Model {
     rope_ = std::make_unique<RopeCache>(hp_.rope, freqs ? freqs.f32() : nullptr);
   }
 
- protected:
-  void layer(ForwardContext& ctx, int il, float* x) override {
-    const Layer& L = layers_[il];
-    AttentionConfig ac;
-    ac.n_head = hp_.n_head[il];
-    ac.n_head_kv = hp_.n_head_kv[il];
-    ac.head_dim_k = hp_.head_dim_k;
-    ac.head_dim_v = hp_.head_dim_v;
-    ac.scale = 1.0f / std::sqrt(static_cast<float>(hp_.head_dim_k));
-    ac.eps = hp_.rms_eps;
-    ac.rope = rope_.get();
-    attention_block(ctx, il, L.attn, ac, x);
-    prefetch_next(ctx, il, x);
-    ffn_block(ctx, il, L.ffn, router_, ExpertActivation::kSwiglu, hp_.rms_eps, x);
-  }
-
- private:
-  struct Layer {
-    AttentionWeights attn;
-    FfnLayerWeights ffn;
-  };
-  RouterConfig router_;
-  std::vector<Layer> layers_;
-  std::unique_ptr<RopeCache> rope_;
 };
 
 }  // namespace

@@ -4,21 +4,20 @@
 // SwiGLU experts) → residual. No converter writes a Qwen3-MoE MTP block; sluice reads one in the
 // DeepSeek V3 nextn layout (block n_layer plus nextn.* tensors, in a separate GGUF given with
 // --mtp), which is how the shipped model's trained drafter (models/sluice-tiny-moe-mtp.gguf) comes.
-#include <cmath>
 #include <memory>
 
 #include "core/error.h"
 #include "gguf/gguf.h"
-#include "model/blocks.h"
+#include "model/archs/decoder.h"
 #include "model/weights.h"
 
 namespace sluice {
 
 namespace {
 
-class Qwen3 final : public Model {
+class Qwen3 final : public DecoderModel {
  public:
-  explicit Qwen3(const gguf::File& f) : Model(read_hparams(f)) {
+  explicit Qwen3(const gguf::File& f) : DecoderModel(read_hparams(f)) {
     hp_.rope.type = RopeType::kNeox;
     moe_ = hp_.arch == "qwen3moe";
     if (moe_ && hp_.n_expert == 0) fail("qwen3moe model without {}.expert_count", hp_.arch);
@@ -49,25 +48,8 @@ class Qwen3 final : public Model {
     load_layer(wl, il, layers_[il]);
   }
 
-  void layer(ForwardContext& ctx, int il, float* x) override {
-    const Layer& L = layers_[il];
-    AttentionConfig ac;
-    ac.n_head = hp_.n_head[il];
-    ac.n_head_kv = hp_.n_head_kv[il];
-    ac.head_dim_k = ac.head_dim_v = hp_.head_dim_k;
-    ac.scale = 1.0f / std::sqrt(static_cast<float>(hp_.head_dim_k));
-    ac.eps = hp_.rms_eps;
-    ac.rope = rope_.get();
-    attention_block(ctx, il, L.attn, ac, x);
-    prefetch_next(ctx, il, x);
-    ffn_block(ctx, il, L.ffn, router_, ExpertActivation::kSwiglu, hp_.rms_eps, x);
-  }
 
  private:
-  struct Layer {
-    AttentionWeights attn;
-    FfnLayerWeights ffn;
-  };
 
   // Layer il's weights; a MoE layer's routed experts go into expert_layout_.layers[il].
   void load_layer(const WeightLoader& wl, int il, Layer& L) {
@@ -88,9 +70,6 @@ class Qwen3 final : public Model {
     expert_layout_.layers[il] = load_merged_experts(wl, il, n_embd, n_ff, hp_.n_expert);
   }
   bool moe_ = false;
-  RouterConfig router_;
-  std::vector<Layer> layers_;
-  std::unique_ptr<RopeCache> rope_;
 };
 
 }  // namespace

@@ -1,0 +1,76 @@
+// What one forward call hands every block: the batch of tokens, the KV cache, the expert store,
+// the thread pool, the activation hook and the scratch the blocks share. Below Model (model.h)
+// and the blocks (blocks.h), which both use it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "experts/expert_store.h"
+#include "kv/kv_cache.h"
+#include "model/routing_tap.h"
+
+namespace sluice {
+
+// Tokens to evaluate in one step. Tokens of one sequence must be in position order and continue
+// that sequence's KV cache (pos == current length for the first of them).
+struct Batch {
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> pos;
+  std::vector<int32_t> seq;
+  std::vector<uint8_t> want_logits;
+  void add(int32_t token, int32_t p, int32_t s, bool logits) {
+    tokens.push_back(token);
+    pos.push_back(p);
+    seq.push_back(s);
+    want_logits.push_back(logits ? 1 : 0);
+  }
+  int64_t size() const { return static_cast<int64_t>(tokens.size()); }
+  void clear() { tokens.clear(); pos.clear(); seq.clear(); want_logits.clear(); }
+};
+
+// Optional observer of named intermediates ("attn_out", layer 3, n_tok × dim values) for
+// comparing activations against a reference engine.
+using ActivationHook = std::function<void(const char* name, int layer, const float* data, int64_t rows, int64_t cols)>;
+
+// Scratch and per-step state shared by the blocks of one forward call.
+struct ForwardContext {
+  ThreadPool& pool;
+  const Batch& batch;
+  KvCache& kv;
+  ExpertStore& experts;
+  int64_t n_tok;
+  const ActivationHook* hook;
+  void dump(const char* name, int layer, const float* data, int64_t cols) const {
+    if (hook && *hook) (*hook)(name, layer, data, n_tok, cols);
+  }
+  // A router lookahead prediction waits here until the current layer's experts are pinned
+  // (right after its ExpertStore::begin, or at the end of a layer without routed experts), so
+  // the reads it starts can never evict an expert the current layer is about to use.
+  struct Lookahead {
+    int il = -1;
+    std::vector<int32_t> ids;
+    PrefetchHint hint = PrefetchHint::kSet;
+  };
+  Lookahead lookahead{};
+  // (n_tok·n_used, n_embd) weighted expert outputs per routing slot, reused by every MoE layer of
+  // the pass: at a 512-token prefill it is 32 MiB, which allocated per layer came back as fresh
+  // pages (page faults and zeroing each time) instead of reused ones.
+  std::vector<float> moe_slots{};
+  // Rows whose routed-expert output is read (null: all). forward_mtp sets it to the rows that
+  // want logits: its block is a single layer, so the other rows only fill its KV cache, and
+  // skipping their experts spares a catch-up over many positions from reading (streaming) nearly
+  // every expert of the block. The skipped rows' FFN output is left as the buffer held it.
+  const uint8_t* ffn_rows = nullptr;
+  // Routing trace writer or replay (Model::set_routing_tap); null: none.
+  RoutingTap* routing = nullptr;
+  void issue_lookahead() {
+    if (lookahead.il < 0) return;
+    experts.prefetch(lookahead.il, lookahead.ids, lookahead.hint);
+    lookahead.il = -1;
+  }
+};
+
+}  // namespace sluice
