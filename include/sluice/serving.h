@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -129,7 +130,15 @@ class Scheduler {
   // Only on a pipeline's stage 0 (or without a pipeline); another stage throws sluice::Error.
   Submission submit(CompletionRequest request);
   SchedulerStats stats() const;
+  // The expert cache map as of the last forward pass (taken after each one, before its tokens are
+  // delivered, as SchedulerStats::experts is).
+  std::shared_ptr<const ExpertCacheMap> expert_cache() const;
   int n_ctx() const;  // context per request
+  // The embedding of `tokens`: every position's final hidden state after the output norm, pooled
+  // and scaled to unit L2 norm (n_embd floats). Computed on the scheduler's thread between two
+  // steps, in a KV cache of its own (no slot is taken); blocks until done. Throws sluice::Error
+  // for an empty input, one longer than n_ctx(), in a pipeline, or when the scheduler stops.
+  std::vector<float> embed(std::span<const int32_t> tokens, Pooling pooling);
   // Pipeline stages after the first follow stage 0's scheduler: they take no requests, run the
   // steps stage 0 orders and stop when it does. join() waits for that, and throws sluice::Error
   // with the reason when the pipeline failed instead. (Elsewhere it waits for the destructor.)

@@ -201,6 +201,9 @@ class Engine {
   // larger n_ctx takes memory the plan did not count.
   std::unique_ptr<Session> new_session(int n_ctx = 0);
   ExpertStats expert_stats() const;
+  // Every routed expert's place in the cache and its counts. Not while a Scheduler serves (its
+  // thread runs the store): Scheduler::expert_cache() then.
+  ExpertCacheMap expert_cache_map() const;
   double load_seconds() const;
 
   struct Impl;

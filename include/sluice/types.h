@@ -2,10 +2,12 @@
 // throws for bad input, and the option enums that front ends parse once from their flags.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace sluice {
 
@@ -37,6 +39,27 @@ enum class KvType { kF32, kF16, kBF16, kQ8_0, kQ4_0 };
 // file's multi-token-prediction (nextn) block; none: one token per forward pass.
 enum class DraftMode { kAuto, kNone, kNgram, kMtp };
 
+// How an embedding pools the final hidden states of its input's tokens (serve --pooling): their
+// mean, the last token's, or the first token's (cls: the BOS a tokenizer adds, as BERT's [CLS]).
+enum class Pooling { kMean, kLast, kCls };
+
+// The routed-expert cache as it stands, one entry per (layer, expert) at key layer · n_expert +
+// expert: where the expert is now, and how often it was found in memory, read on demand and
+// prefetched since the engine loaded (warm-start preloads not counted). In ram and mmap modes
+// every expert is resident and every request a hit.
+struct ExpertCacheMap {
+  enum State : uint8_t {
+    kOnDisk = 0,      // not in the cache
+    kLoading = 1,     // a demand read in flight
+    kResident = 2,    // in the cache
+    kPrefetched = 3,  // read (or being read) ahead of use, not yet used
+    kNone = 4,        // the layer has no routed experts here (dense layer, another pipeline stage)
+  };
+  int n_layer = 0, n_expert = 0;
+  std::vector<uint8_t> state;                      // (n_layer · n_expert) State
+  std::vector<uint32_t> hits, misses, prefetches;  // (n_layer · n_expert) counts since load
+};
+
 const char* expert_mode_name(ExpertMode m);          // "auto", "ram", "mmap", "stream"
 const char* eviction_policy_name(EvictionPolicy p);  // "lru", "lfu", "nextuse"
 const char* draft_mode_name(DraftMode m);            // "auto", "none", "ngram", "mtp"
@@ -46,5 +69,7 @@ std::optional<EvictionPolicy> parse_eviction_policy(std::string_view name);
 const char* kv_type_name(KvType t);  // "f32", "f16", "bf16", "q8_0", "q4_0"
 std::optional<KvType> parse_kv_type(std::string_view name);
 std::optional<DraftMode> parse_draft_mode(std::string_view name);
+const char* pooling_name(Pooling p);  // "mean", "last", "cls"
+std::optional<Pooling> parse_pooling(std::string_view name);
 
 }  // namespace sluice

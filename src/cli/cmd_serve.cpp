@@ -70,11 +70,16 @@ int cmd_serve(int argc, char** argv) {
          "pipeline: groups of requests in flight through the stages at once (0: one per stage)")
       ->check(CLI::Range(0, 256))
       ->capture_default_str();
+  std::string pooling = pooling_name(so.pooling);
+  app.add_option("--pooling", pooling, "how /v1/embeddings pools the final hidden states: mean, last or cls (the first token)")
+      ->check(CLI::IsMember({"mean", "last", "cls"}))
+      ->capture_default_str();
   DraftFlags df;
   add_draft_flags(app, df);
   app.add_option("--alias", so.model_name, "model id reported by /v1/models (default: the file name)");
   SLUICE_PARSE(app, argc, argv);
   so.max_body_bytes = parse_byte_size(max_body, "--max-body");
+  so.pooling = *parse_pooling(pooling);
   if (!kv_disk_max.empty()) {
     if (so.scheduler.kv_disk_dir.empty()) throw CLI::ValidationError("--kv-disk-max", "needs --kv-disk DIR");
     so.scheduler.kv_disk_max = parse_byte_size(kv_disk_max, "--kv-disk-max");

@@ -77,4 +77,19 @@ std::optional<DraftMode> parse_draft_mode(std::string_view name) {
   return std::nullopt;
 }
 
+const char* pooling_name(Pooling p) {
+  switch (p) {
+    case Pooling::kMean: return "mean";
+    case Pooling::kLast: return "last";
+    case Pooling::kCls: return "cls";
+  }
+  return "?";
+}
+
+std::optional<Pooling> parse_pooling(std::string_view name) {
+  for (Pooling p : {Pooling::kMean, Pooling::kLast, Pooling::kCls})
+    if (name == pooling_name(p)) return p;
+  return std::nullopt;
+}
+
 }  // namespace sluice

@@ -15,6 +15,7 @@
 
 #include "tensor/tensor.h"
 #include "ops/matmul.h"
+#include "sluice/types.h"
 
 namespace sluice {
 
@@ -94,6 +95,9 @@ class ExpertStore {
   // them.
   virtual void prefetch(int il, std::span<const int32_t> ids, PrefetchHint hint) {}
   virtual ExpertStoreStats stats() const { return {}; }
+  // Every expert's place and counts (sluice::ExpertCacheMap); on the thread that runs the store.
+  // A store that keeps no per-expert state (a test's) leaves it empty.
+  virtual void cache_map(ExpertCacheMap& out) const { out = {}; }
   virtual std::string describe() const = 0;
 };
 

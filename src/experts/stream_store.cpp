@@ -44,7 +44,10 @@ class StreamStore final : public ExpertStore {
         reader_(make_ssd_reader(256)),
         arena_(map_, o.cache_bytes, n_used, o.lock_memory),
         evictor_(make_evictor(o.policy, map.n_layer, map.n_expert, arena_.n_slots())),
-        heat_(o.heat_path, map.n_layer, map.n_expert) {
+        heat_(o.heat_path, map.n_layer, map.n_expert),
+        key_hits_(map_.ranges.size()),
+        key_misses_(map_.ranges.size()),
+        key_prefetches_(map_.ranges.size()) {
     for (const auto& p : map_.part_paths) {
       bool direct = false;
       fds_.push_back(open_for_streaming(p, &direct));
@@ -78,6 +81,8 @@ class StreamStore final : public ExpertStore {
       evictor_->requested(key);
       const int32_t s = arena_.slot_of(key);
       if (s >= 0) count_prefetch_use(arena_.slot(s));
+      if (s >= 0 && arena_.slot(s).state != SlotState::kEmpty) ++key_hits_[key];
+      else ++key_misses_[key];
       if (s >= 0 && arena_.slot(s).state == SlotState::kReady) {
         ++stats_.hits;
         evictor_->used(s);
@@ -135,6 +140,24 @@ class StreamStore final : public ExpertStore {
 
   ExpertStoreStats stats() const override { return stats_; }
 
+  void cache_map(ExpertCacheMap& out) const override {
+    out.n_layer = map_.n_layer;
+    out.n_expert = map_.n_expert;
+    out.state.assign(map_.ranges.size(), ExpertCacheMap::kOnDisk);
+    for (size_t k = 0; k < map_.ranges.size(); ++k)
+      if (arena_.class_of(static_cast<int32_t>(k)) < 0) out.state[k] = ExpertCacheMap::kNone;
+    for (int32_t s = 0; s < arena_.n_slots(); ++s) {
+      const Slot& sl = arena_.slot(s);
+      if (sl.key < 0 || sl.state == SlotState::kEmpty) continue;
+      out.state[sl.key] = sl.unused_prefetch             ? ExpertCacheMap::kPrefetched
+                          : sl.state == SlotState::kReady ? ExpertCacheMap::kResident
+                                                          : ExpertCacheMap::kLoading;
+    }
+    out.hits = key_hits_;
+    out.misses = key_misses_;
+    out.prefetches = key_prefetches_;
+  }
+
   std::string describe() const override {
     return fmt::format("experts: stream ({} reader{}, {}{}, policy {})", reader_->name(),
                        direct_.empty() || direct_[0] ? ", O_DIRECT" : "", arena_.describe(),
@@ -162,6 +185,7 @@ class StreamStore final : public ExpertStore {
       sl.unused_prefetch = true;
       sl.prefetch_rank = static_cast<int8_t>(rank);
       if (rank >= 0) gate_.issued(rank);
+      ++key_prefetches_[key];
       if (origin == SlotOrigin::kCertain) {
         if (can_reserve(arena_.class_of(key))) reserve(s);
         ++stats_.certain_issued;
@@ -400,6 +424,9 @@ class StreamStore final : public ExpertStore {
   size_t n_handed_ = 0;
   std::vector<ReadCompletion> done_;
   ExpertStoreStats stats_;
+  // Per key (layer · n_expert + expert), for cache_map(): requests found in memory or in flight,
+  // requests that needed a read, prefetches issued.
+  std::vector<uint32_t> key_hits_, key_misses_, key_prefetches_;
 };
 
 }  // namespace

@@ -168,4 +168,10 @@ ExpertStats Engine::expert_stats() const {
           s.certain_issued, s.certain_used, s.cache_bytes};
 }
 
+ExpertCacheMap Engine::expert_cache_map() const {
+  ExpertCacheMap m;
+  impl_->experts->cache_map(m);
+  return m;
+}
+
 }  // namespace sluice

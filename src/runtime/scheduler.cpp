@@ -50,6 +50,7 @@ Scheduler::Impl::Impl(Engine& e, const SchedulerOptions& o)
     if (mtp_drafts())
       slots[i].mtp = std::make_unique<MtpDrafter>(*engine.model, engine.n_ctx, engine.kv_config);
   }
+  cache_map = std::make_shared<const ExpertCacheMap>(public_engine.expert_cache_map());
   publish_locked();  // no other thread sees the scheduler yet
 }
 
@@ -63,6 +64,7 @@ void Scheduler::Impl::run() {
     for (;;) {
       settle_due();
       if (!(follower ? follow() : lead())) break;
+      if (!follower) run_embeds();
       // Outside forward (prefix copy, allocation): fail what is running, keep serving.
       or_fail_active([&] { step(batch, logits, rows); });
       std::lock_guard<std::mutex> lock(mutex);
@@ -84,6 +86,9 @@ void Scheduler::Impl::run() {
   std::lock_guard<std::mutex> lock(mutex);
   for (Pending& p : queue) p.handle->push_error("the server is shutting down");
   queue.clear();
+  for (auto& t : embeds)
+    t->result.set_exception(std::make_exception_ptr(Error("the server is shutting down")));
+  embeds.clear();
   finished = true;
   cv.notify_all();
 }
@@ -94,7 +99,7 @@ bool Scheduler::Impl::lead() {
   StepOrders orders;
   {
     std::unique_lock<std::mutex> lock(mutex);
-    auto ready = [&] { return stop || !queue.empty() || any_active(); };
+    auto ready = [&] { return stop || !queue.empty() || !embeds.empty() || any_active(); };
     if (!link)
       cv.wait(lock, ready);
     else
@@ -115,6 +120,21 @@ bool Scheduler::Impl::lead() {
     link->broadcast(bytes);
   }
   return !orders.stop;
+}
+
+void Scheduler::Impl::run_embeds() {
+  std::deque<std::shared_ptr<EmbedTask>> todo;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    todo.swap(embeds);
+  }
+  for (auto& t : todo) {
+    try {
+      t->result.set_value(embed_tokens(engine, t->tokens, t->pooling));
+    } catch (...) {
+      t->result.set_exception(std::current_exception());
+    }
+  }
 }
 
 void Scheduler::Impl::fail_active(const std::string& message) {
@@ -152,6 +172,29 @@ Scheduler::~Scheduler() {
 }
 
 int Scheduler::n_ctx() const { return impl_->kv->n_ctx(); }
+
+std::vector<float> Scheduler::embed(std::span<const int32_t> tokens, Pooling pooling) {
+  if (impl_->link) fail("embeddings do not run in a pipeline: the stages hold only their layers");
+  if (tokens.empty()) fail("nothing to embed: the input has no tokens");
+  if (static_cast<int>(tokens.size()) > n_ctx())
+    fail("the input is {} tokens, more than the context of {}", tokens.size(), n_ctx());
+  auto task = std::make_shared<Impl::EmbedTask>();
+  task->tokens.assign(tokens.begin(), tokens.end());
+  task->pooling = pooling;
+  std::future<std::vector<float>> result = task->result.get_future();
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    if (impl_->stop || impl_->finished) fail("the server is shutting down");
+    impl_->embeds.push_back(std::move(task));
+  }
+  impl_->cv.notify_all();
+  return result.get();
+}
+
+std::shared_ptr<const ExpertCacheMap> Scheduler::expert_cache() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->cache_map;
+}
 
 bool Scheduler::follows() const {
   return impl_->follower;

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -19,6 +20,7 @@
 
 #include "core/timer.h"
 #include "runtime/completion_handle.h"
+#include "runtime/embed.h"
 #include "runtime/engine_impl.h"
 #include "runtime/mtp_draft.h"
 #include "runtime/request.h"
@@ -96,6 +98,14 @@ struct Scheduler::Impl {
   bool finished = false;  // run() has returned
   int in_system = 0;  // queued + active
   SchedulerStats stats;
+  std::shared_ptr<const ExpertCacheMap> cache_map;  // guarded by mutex
+  // Scheduler::embed's inputs waiting for the thread (guarded by mutex).
+  struct EmbedTask {
+    std::vector<int32_t> tokens;
+    Pooling pooling = Pooling::kMean;
+    std::promise<std::vector<float>> result;
+  };
+  std::deque<std::shared_ptr<EmbedTask>> embeds;
   std::thread thread;
 
   Impl(Engine& e, const SchedulerOptions& o);
@@ -117,6 +127,8 @@ struct Scheduler::Impl {
     }
   }
   void fail_active(const std::string& message);
+  // Embeddings asked for since the last step, each in a KV cache of its own.
+  void run_embeds();
 
   // --- admission and the end of requests (scheduler_slots.cpp) ---
   // MTP drafts need the block loaded and verification, which a pipeline does not do.

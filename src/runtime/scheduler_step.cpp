@@ -68,6 +68,15 @@ void Scheduler::Impl::step(Batch& batch, std::vector<float>& logits, std::vector
     return;
   }
   const double secs = t.seconds();
+  {
+    // The expert store's counters and cache map as this pass left them, published before its
+    // tokens go out: a client that has its reply sees the experts it used counted.
+    const ExpertStats es = public_engine.expert_stats();
+    auto map = std::make_shared<const ExpertCacheMap>(public_engine.expert_cache_map());
+    std::lock_guard<std::mutex> lock(mutex);
+    stats.experts = es;
+    cache_map = std::move(map);
+  }
   if (mtp_drafts()) {
     const int64_t width = engine.model->hidden_width();
     for (size_t i = 0; i < segments.size(); ++i) {
@@ -85,7 +94,6 @@ void Scheduler::Impl::step(Batch& batch, std::vector<float>& logits, std::vector
     settle(rows, logits);
   }
 
-  const ExpertStats es = public_engine.expert_stats();
   std::lock_guard<std::mutex> lock(mutex);
   ++stats.steps;
   stats.batch_rows += batch.size();
@@ -93,7 +101,6 @@ void Scheduler::Impl::step(Batch& batch, std::vector<float>& logits, std::vector
   stats.last_batch_rows = static_cast<int>(batch.size());
   stats.last_batch_sequences = n_seq;
   stats.busy_seconds += secs;
-  stats.experts = es;
   publish_locked();
 }
 

@@ -114,6 +114,12 @@ class Routes {
 // register their paths on `svr` and add them with their methods to `methods` (for 405 answers).
 void add_llama_routes(httplib::Server& svr, Routes& routes, std::map<std::string, std::string>& methods);
 void add_ollama_routes(httplib::Server& svr, Routes& routes, std::map<std::string, std::string>& methods);
+// OpenAI's /v1/embeddings, and /embeddings (embeddings_routes.cpp).
+void add_embeddings_routes(httplib::Server& svr, Routes& routes, std::map<std::string, std::string>& methods);
+// The web page at / and its files under /web/, and GET /engine (web_routes.cpp).
+void add_web_routes(httplib::Server& svr, Routes& routes, std::map<std::string, std::string>& methods);
+// The page's own files, served without the API key.
+bool is_web_asset_path(const std::string& path);
 // OpenAI's /v1/responses (responses_routes.cpp).
 void add_responses_routes(httplib::Server& svr, Routes& routes, std::map<std::string, std::string>& methods);
 

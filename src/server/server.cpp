@@ -1,6 +1,7 @@
 // `sluice serve` (see server.h): the HTTP server's setup — authentication, CORS, the error reply
 // and access log, /health and /metrics, the route families (completions in routes.h, the
-// llama-server and Ollama families in their own files) and the signal-driven shutdown.
+// llama-server and Ollama families in their own files, the web page in web_routes.cpp) and the
+// signal-driven shutdown.
 // Connection handling (deadlines, limits, binding) lives in http_server.h.
 #include "server.h"
 
@@ -234,7 +235,8 @@ int serve(Engine& engine, const ServerOptions& o) {
   svr.set_payload_max_length(o.max_body_bytes);
 
   svr.set_pre_routing_handler([&](const httplib::Request& req, httplib::Response& res) {
-    if (o.api_key.empty() || req.path == "/health" || req.method == "OPTIONS" || authorized(req, o.api_key))
+    if (o.api_key.empty() || req.path == "/health" || req.method == "OPTIONS" ||
+        (req.method == "GET" && is_web_asset_path(req.path)) || authorized(req, o.api_key))
       return httplib::Server::HandlerResponse::Unhandled;
     send_error(res, api_of_path(req.path), ApiError(401, "invalid or missing API key", "authentication_error", "", "invalid_api_key"));
     return httplib::Server::HandlerResponse::Handled;
@@ -320,6 +322,8 @@ int serve(Engine& engine, const ServerOptions& o) {
   add_llama_routes(svr, routes, methods);
   add_ollama_routes(svr, routes, methods);
   add_responses_routes(svr, routes, methods);
+  add_embeddings_routes(svr, routes, methods);
+  add_web_routes(svr, routes, methods);
 
   std::string error;
   const int port = svr.bind(o.host, o.port, error);

@@ -22,6 +22,7 @@ struct ServerOptions {
   double request_read_seconds = 10;    // the whole header and body of a request must arrive this fast
   int max_reading = 256;               // connections still sending a request; more are refused
   int max_reading_per_client = 0;      // of them from one client address; 0: a quarter of max_reading
+  Pooling pooling = Pooling::kMean;    // how /v1/embeddings pools the final hidden states (--pooling)
 };
 
 // The HTTP worker threads serve() runs: every waiting or streaming request holds one, and so does

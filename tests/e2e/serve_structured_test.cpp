@@ -2,8 +2,9 @@
 // chat template: response_format json_schema / json_object, llama-server's grammar and json_schema
 // fields, forced tool calls in OpenAI's and Anthropic's shapes, streamed and not (arguments
 // validated by ajv against each tool's schema), the 400s that name the field and the reason,
-// finish_reason "length" for a reply cut inside its grammar, and the openai npm client's
-// chat.completions.parse with zod (tests/node/serve_structured.mjs).
+// finish_reason "length" for a reply cut inside its grammar, tool calls through /v1/responses, and
+// the openai npm client's chat.completions.parse with zod and responses API with a function tool
+// (tests/node/serve_structured.mjs).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -320,4 +321,56 @@ TEST_F(ServeStructured, OpenAiClientParsesWithZod) {
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_EQ(r.out.find("FAIL"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("ok   a streamed zod response format"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ok   responses: a forced function tool"), std::string::npos) << r.out;
+}
+
+// /v1/responses with function tools: a forced call is a function_call item with arguments valid
+// under the tool's schema; streamed, its arguments arrive as function_call_arguments events that
+// add up to the item's; a function_call_output continues it.
+TEST_F(ServeStructured, ResponsesToolCalls) {
+  json tools = json::array();
+  for (const json& t : openai_tools())
+    tools.push_back({{"type", "function"}, {"name", t["function"]["name"]}, {"parameters", t["function"]["parameters"]}});
+  json cases = json::array();
+  for (int seed = 1; seed <= 2; ++seed) {
+    const bool stream = seed == 2;
+    const json body = {{"input", "Book me a table."}, {"tools", tools}, {"tool_choice", {{"type", "function"}, {"name", "book"}}},
+                       {"parallel_tool_calls", false}, {"temperature", 1}, {"seed", seed},
+                       {"max_output_tokens", 300}, {"stream", stream}};
+    const Http h = post("/v1/responses", body);
+    ASSERT_EQ(h.status, 200) << h.body;
+    json response;
+    std::string deltas;
+    if (stream) {
+      for (const json& e : events(h.body)) {
+        if (e["type"] == "response.function_call_arguments.delta") deltas += e["delta"].get<std::string>();
+        if (e["type"] == "response.completed") response = e["response"];
+      }
+    } else {
+      response = h.j();
+    }
+    json call;
+    for (const json& o : response["output"])
+      if (o["type"] == "function_call") call = o;
+    ASSERT_TRUE(call.is_object()) << h.body;
+    EXPECT_EQ(call["name"], "book");
+    EXPECT_EQ(call["status"], "completed");
+    ASSERT_TRUE(call["call_id"].is_string());
+    const std::string args = call["arguments"];
+    if (stream) EXPECT_EQ(deltas, args);
+    cases.push_back(args);
+    if (!stream) {
+      // The continued prompt starts with the first one (tools again, as a client sends them), so
+      // its KV comes from the prefix cache: all but the tail the template renders differently for
+      // a past assistant turn than for the generation prompt.
+      const json next = {{"previous_response_id", response["id"]}, {"max_output_tokens", 4}, {"temperature", 0}, {"tools", tools},
+                         {"input", json::array({{{"type", "function_call_output"}, {"call_id", call["call_id"]}, {"output", "booked"}}})}};
+      const Http n = post("/v1/responses", next);
+      ASSERT_EQ(n.status, 200) << n.body;
+      EXPECT_GE(n.j()["usage"]["input_tokens_details"]["cached_tokens"].get<int>(),
+                response["usage"]["input_tokens"].get<int>() * 3 / 4)
+          << n.body;
+    }
+  }
+  validate(json::array({{{"name", "book"}, {"schema", kBooking}, {"outputs", cases}}}), "responses-tools");
 }

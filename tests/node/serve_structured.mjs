@@ -3,7 +3,8 @@
 // usage: node serve_structured.mjs BASE_URL API_KEY
 // chat.completions.parse with a zod response format (the client parses the reply and zod
 // validates it), and with a zod function tool forced by tool_choice (parsed arguments). Sampling
-// at temperature 1 over several seeds. Prints one line per check; exits 1 on the first failure.
+// at temperature 1 over several seeds; the responses API with a forced function tool, streamed
+// and not. Prints one line per check; exits 1 on the first failure.
 import assert from "node:assert/strict";
 import OpenAI from "openai";
 import { zodFunction, zodResponseFormat } from "openai/helpers/zod";
@@ -74,4 +75,44 @@ await check("a streamed zod response format", async () => {
   const done = await stream.finalChatCompletion();
   assert.ok(done.choices[0].message.parsed);
   Event.parse(done.choices[0].message.parsed);
+});
+
+// The responses API with a function tool: the call comes back as a function_call output item
+// (streamed: its arguments as function_call_arguments events), and its output continues the
+// conversation through previous_response_id.
+await check("responses: a forced function tool, streamed and not, and its output continued", async () => {
+  const tools = [{ type: "function", name: "get_weather", parameters: zodResponseFormat(Weather, "w").json_schema.schema, strict: true }];
+  const r = await client.responses.create({
+    model: "sluice", input: "Weather in Paris?", tools, tool_choice: "required", parallel_tool_calls: false,
+    temperature: 1, seed: 3, max_output_tokens: 200,
+  });
+  const calls = r.output.filter((o) => o.type === "function_call");
+  assert.equal(calls.length, 1, JSON.stringify(r.output));
+  assert.equal(calls[0].name, "get_weather");
+  Weather.parse(JSON.parse(calls[0].arguments));
+  assert.ok(calls[0].call_id);
+
+  const stream = client.responses.stream({
+    model: "sluice", input: "Weather in Paris?", tools, tool_choice: { type: "function", name: "get_weather" },
+    parallel_tool_calls: false, temperature: 1, seed: 4, max_output_tokens: 200,
+  });
+  let deltas = "", done = null;
+  stream.on("response.function_call_arguments.delta", (e) => { deltas += e.delta; });
+  stream.on("response.function_call_arguments.done", (e) => { done = e.arguments; });
+  const final = await stream.finalResponse();
+  const call = final.output.find((o) => o.type === "function_call");
+  assert.ok(call, JSON.stringify(final.output));
+  assert.equal(deltas, call.arguments);
+  assert.equal(done, call.arguments);
+  Weather.parse(JSON.parse(call.arguments));
+
+  const next = await client.responses.create({
+    model: "sluice", previous_response_id: r.id, max_output_tokens: 8, temperature: 0, tools,
+    input: [{ type: "function_call_output", call_id: calls[0].call_id, output: "18 degrees" }],
+  });
+  // A random-weight model rarely ends within 8 tokens: then the response is incomplete, saying why.
+  if (next.status !== "completed") assert.deepEqual([next.status, next.incomplete_details], ["incomplete", { reason: "max_output_tokens" }]);
+  assert.ok(next.usage.input_tokens > r.usage.input_tokens);
+  // All of the first prompt but the tail a template renders differently for a past assistant turn.
+  assert.ok(next.usage.input_tokens_details.cached_tokens >= 0.75 * r.usage.input_tokens, JSON.stringify(next.usage));
 });
