@@ -282,6 +282,7 @@ AttentionTiles attention_tiles(GgmlType key_storage, Isa isa) {
   const bool simd = isa >= Isa::Avx2;
   AttentionTiles t;
   t.value_sums = simd ? avx2::value_sums : scalar::value_sums;
+  t.exp_scores = simd ? avx2::exp_scores : scalar::exp_scores;
   switch (key_storage) {
     case GgmlType::F32:
       t.key_scores = simd ? avx2::key_scores_f32 : scalar::key_scores_f32;
@@ -296,6 +297,18 @@ AttentionTiles attention_tiles(GgmlType key_storage, Isa isa) {
       break;
   }
   return t;
+}
+
+StoredValueSumsFn stored_value_sums(GgmlType value_storage, Isa isa) {
+  const bool simd = isa >= Isa::Avx2;
+  switch (value_storage) {
+    case GgmlType::F16:
+      return simd ? avx2::value_sums_f16 : scalar::value_sums_f16;
+    case GgmlType::BF16:
+      return simd ? avx2::value_sums_bf16 : scalar::value_sums_bf16;
+    default:
+      return nullptr;
+  }
 }
 
 VecDotFn f32_activation_dot(GgmlType weight) {

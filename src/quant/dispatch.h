@@ -64,7 +64,14 @@ inline DotKernels dot_kernels(GgmlType weight) {
 struct AttentionTiles {
   KeyScoresFn key_scores = nullptr;
   ValueSumsFn value_sums = nullptr;
+  ExpScoresFn exp_scores = nullptr;
 };
+// The value-sum kernel that reads stored rows of `value_storage` (F16, BF16) directly; null for
+// other types (F32 rows are read by value_sums, block-quantized ones dequantized first).
+StoredValueSumsFn stored_value_sums(GgmlType value_storage, Isa isa);
+inline StoredValueSumsFn stored_value_sums(GgmlType value_storage) {
+  return stored_value_sums(value_storage, active_isa());
+}
 AttentionTiles attention_tiles(GgmlType key_storage, Isa isa);
 inline AttentionTiles attention_tiles(GgmlType key_storage) {
   return attention_tiles(key_storage, active_isa());
