@@ -1,8 +1,8 @@
 // Runtime choice of dot-product kernels. Each weight type maps to the activation format its dot
 // kernel reads (its "vec-dot type") and to the kernel itself; the AVX2 set is used when the CPU has
 // AVX2 and FMA and SLUICE_NO_SIMD is not set, so one binary runs everywhere and tests can force the
-// scalar reference path. The AVX-512 set (AVX2 kernels plus the VNNI GEMM) is used when the CPU
-// also has AVX-512 F/BW/VL/VNNI; SLUICE_ISA=scalar|avx2|avx512 caps the choice for comparisons.
+// scalar reference path. The AVX-512 set (AVX2 kernels plus the VNNI GEMM and 16-lane attention
+// tiles) is used when the CPU also has AVX-512 F/BW/VL/VNNI; SLUICE_ISA=scalar|avx2|avx512 caps the choice for comparisons.
 #pragma once
 
 #include <cstdint>
