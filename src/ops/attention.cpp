@@ -1,26 +1,29 @@
-// Attention: a tile is one token and up to kMaxDotRows query heads that share a KV head; one work
-// item, claimed dynamically from the pool, is the tiles of up to kMaxBlockTokens consecutive
-// tokens of one sequence (a prefill's block) for the same heads. Keys and values are walked in
-// runs of kRun rows, and each run is used by every token of the block while it sits in L1: a
-// prefill reads each key and value row once per block instead of once per token (and dequantizes
-// a quantized value row once per block). Within a tile each key row is read once for the tile's
-// heads (the quant/attn_tiles kernels, AVX2 with a scalar twin). Scores live in a per-thread
-// buffer sized to the block's span. fp32 throughout with max-subtracted softmax, as the reference
-// engine computes it. A token's scores are per key and its value sums run over its keys in
-// order, whatever the runs, the block or the other heads of its tile, so a head's result does not
-// depend on how a prefill was cut into chunks or blocks: a resumed session or a pipeline stage
-// reproduces one run exactly.
+// Attention, flash-attention style. Positions are cut into segments of kSegment positions aligned
+// to multiples of kSegment; a segment is the unit of the online softmax: its keys are scored, its
+// scores turned into softmax numerators against the segment's own maximum, its values summed with
+// them, and the segment's (maximum, exp-sum, value sum) folded into the query's running state by
+// rescaling to the common maximum. No buffer grows with the context: scores are (tokens, heads,
+// kSegment), and causal segments past a block's last token are never visited.
 //
-// When there are fewer tiles than the threads could use (decode, few KV heads) and the context is
-// long, each tile's positions are also split into segments: every segment yields its own maximum,
-// exp-sum and unnormalised value sum, and a merge rescales them to the common maximum (the
-// flash-decoding identity). Short contexts keep the single pass, so their results are unchanged.
+// A work item is a block of up to kMaxBlockTokens consecutive tokens of one sequence (a prefill's
+// Q tile) and a group of up to kGroupHeads query heads that share a KV head. Keys and values are
+// walked in runs of kRun rows (the K/V tile); each run is used by every token and head of the item
+// while it sits in L1, so the cache is read from memory once per item: once per decode step for
+// all the query heads of a KV head (GQA), once per block of a prefill. Within a run each key row
+// is read once for up to kMaxDotRows heads (the quant/attn_tiles kernels, SIMD with scalar twins).
+//
+// Decode (few items, long context) also splits the positions: an item is then one segment, its
+// state stored and folded afterwards, so both cores stream the cache. Either way a query's result
+// is the fold of the same per-segment states in position order: it depends only on the query's
+// own positions, never on the batch, the block, the other heads, the thread count or whether the
+// segments were folded by one item or merged after a split. A resumed session, a pipeline stage, a
+// verify batch and one-token decoding therefore reproduce one another bit for bit.
 //
 // The cache's stored types are read directly: every key type is dotted with the f32 query itself
 // (keys widened to f32 inside the kernel), so only the stored rounding reaches the scores; a
 // q8_0-rounded query would add its own error. Block-quantized keys (q8_0, q4_0) go through their
 // per-key f32-activation dot with the query padded with zeros to whole blocks, as the stored heads
-// are.
+// are. Quantized value rows are dequantized once per run for all the item's queries.
 #include "ops/attention.h"
 
 #include <algorithm>
@@ -35,42 +38,75 @@ namespace sluice {
 
 namespace {
 
-// Fewest positions per segment: below this the merge costs more than the parallelism gains.
-constexpr int32_t kMinSegment = 256;
-// Work items per thread to aim for when splitting, so dynamic claiming can balance.
-constexpr int64_t kItemsPerThread = 4;
+// Positions per segment. A segment's scores for a full item (8 tokens x 8 heads) are 64 KB and
+// stay in L2; folding costs one rescale of the value sum per segment, ~1/256 of its work.
+constexpr int32_t kSegment = 256;
 // Key rows whose addresses (and dequantized values) are gathered per kernel call: 32 f32 rows of
-// 128 dims are 16 KB, which stay in L1 while every token of a block uses them.
+// 128 dims are 16 KB, which stay in L1 while every query of the item uses them.
 constexpr int32_t kRun = 32;
-// Most tokens per work item: their queries (with kMaxDotRows heads of 128 f32 each, 2 KB a token)
-// and a key run fit L1 together; more tokens would also make fewer items than threads can balance.
+// Most tokens per item: their queries and a key run fit L1 together; more tokens would also make
+// fewer items than threads can balance.
 constexpr int64_t kMaxBlockTokens = 8;
-// Scores per thread are (tokens, kMaxDotRows, span) floats; long spans get smaller blocks.
-constexpr int64_t kMaxBlockScores = int64_t{4} << 20;
+// Most query heads per item: a KV group of GQA models (8 for qwen3-30b's 32/4) in one item, so
+// its keys are read once; MLA's 16..128 heads over one latent become several items.
+constexpr int kGroupHeads = 8;
+// Work items per thread to aim for, so dynamic claiming can balance.
+constexpr int64_t kItemsPerThread = 4;
+// Most floats of per-segment states kept for a split (decode) pass; larger batches fold in-item.
+constexpr int64_t kMaxSplitFloats = int64_t{8} << 20;
 
-// One token's query heads [h0, h0 + n_h) of KV head kvh, seeing positions [first, last].
-struct Tile {
-  const float* q;  // (n_h, head_dim_k)
-  int32_t seq, first, last;
-  int h0, n_h, kvh;
+// A query head's softmax state over the positions folded so far: max m, Σ exp(s − m), and the
+// value sum Σ exp(s − m)·v (in the caller's buffer).
+struct State {
+  float m = -INFINITY;
+  float l = 0.0f;
 };
 
-// Positions [k0, k1) a tile reads; its scores are indexed from k0.
-struct Span {
-  int32_t k0, k1;
-};
-
-// The smallest span holding sp[0..nb).
-Span hull(const Span* sp, int nb) {
-  Span h = sp[0];
-  for (int b = 1; b < nb; ++b) h = {std::min(h.k0, sp[b].k0), std::max(h.k1, sp[b].k1)};
-  return h;
+// Folds a segment's (m_g, l_g, acc) into (st, o). From the empty state this copies the segment
+// exactly (exp(−inf) = 0, exp(0) = 1), so folding in an item or merging after a split agree.
+void fold(State& st, float* o, float m_g, float l_g, const float* acc, int dim) {
+  const float m = std::max(st.m, m_g);
+  const float a = std::exp(st.m - m), b = std::exp(m_g - m);
+  st.m = m;
+  st.l = st.l * a + l_g * b;
+  for (int d = 0; d < dim; ++d) o[d] = o[d] * a + acc[d] * b;
 }
 
-thread_local std::vector<float> t_scores;  // (block tokens, kMaxDotRows, span)
-thread_local std::vector<float> t_acc;     // (block tokens, kMaxDotRows, head_dim_v)
+// Writes o / l with the head's sink (an extra logit without a value) in the denominator.
+void finish(const State& st, const float* o, float sink, bool has_sink, int dim, float* out) {
+  float l = st.l, a = 1.0f;
+  if (has_sink) {
+    const float m = std::max(st.m, sink);
+    a = std::exp(st.m - m);
+    l = st.l * a + std::exp(sink - m);
+  }
+  const float inv = a / l;
+  for (int d = 0; d < dim; ++d) out[d] = o[d] * inv;
+}
+
+// Positions [k0, k1) a token reads within one segment.
+struct Span {
+  int32_t k0, k1;
+  bool empty() const { return k0 >= k1; }
+};
+
+thread_local std::vector<float> t_scores;  // (block tokens, group heads, kSegment)
+thread_local std::vector<float> t_acc;     // (block tokens, group heads, head_dim_v)
+thread_local std::vector<float> t_out;     // (block tokens, group heads, head_dim_v) running sums
 thread_local std::vector<float> t_rows;    // (kRun, v_dim) dequantized value rows
 thread_local std::vector<float> t_qpad;    // one query padded to whole blocks
+
+float* sized(std::vector<float>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
+// One item: tokens [t0, t0 + nb) of one sequence, query heads [h0, h0 + nh) of KV head kvh.
+struct Item {
+  int64_t t0;
+  int nb;
+  int h0, nh, kvh;
+};
 
 class Attender {
  public:
@@ -85,116 +121,160 @@ class Attender {
         kt_(kv.type_k()),
         vt_(p.values_in_keys ? kv.type_k() : kv.type_v()),
         tiles_(attention_tiles(kv_storage_type(kt_))),
+        vsums_stored_(stored_value_sums(kv_storage_type(vt_))),
         kdot_(f32_activation_dot(kv_storage_type(kt_))),
         k_pad_(kv_padded_dim(kt_, p.head_dim_k)),
         k_head_(kv_head_bytes(kt_, p.head_dim_k)),
         v_dim_(p.values_in_keys ? p.head_dim_k : p.head_dim_v),
         v_head_(kv_head_bytes(vt_, v_dim_)),
         n_rep_(p.n_head / p.n_head_kv),
-        chunks_((n_rep_ + kMaxDotRows - 1) / kMaxDotRows) {
+        groups_((n_rep_ + kGroupHeads - 1) / kGroupHeads) {
     if (kv.shape(layer).head_dim_k != p.head_dim_k || kv.shape(layer).n_head != p.n_head_kv)
       fail("internal: layer {} KV cache holds {} heads of {}, attention reads {} of {}", layer,
            kv.shape(layer).n_head, kv.shape(layer).head_dim_k, p.n_head_kv, p.head_dim_k);
   }
 
-  int64_t tiles_per_token() const { return static_cast<int64_t>(p_.n_head_kv) * chunks_; }
+  // Head groups per token.
+  int64_t groups_per_token() const { return static_cast<int64_t>(p_.n_head_kv) * groups_; }
 
-  Tile tile(int64_t item) const {
-    const int64_t t = item / tiles_per_token();
-    const int r = static_cast<int>(item % tiles_per_token());
-    const int kvh = r / chunks_, c = r % chunks_;
-    const int h0 = kvh * n_rep_ + c * kMaxDotRows;
-    const int32_t last = pos_[t];
-    const int32_t first = p_.window > 0 ? std::max<int32_t>(0, last - p_.window + 1) : 0;
-    return {q_ + (t * p_.n_head + h0) * p_.head_dim_k,       seq_[t], first, last, h0,
-            std::min(kMaxDotRows, n_rep_ - c * kMaxDotRows), kvh};
+  Item item(int64_t t0, int nb, int64_t group) const {
+    const int kvh = static_cast<int>(group / groups_), g = static_cast<int>(group % groups_);
+    const int h0 = kvh * n_rep_ + g * kGroupHeads;
+    return {t0, nb, h0, std::min(kGroupHeads, n_rep_ - g * kGroupHeads), kvh};
   }
 
-  // Scaled q·k of the heads of tiles tl[0..nb), which share a sequence and KV head, for positions
-  // sp[b] into scores[(b * kMaxDotRows + j) * stride + k − sp[b].k0]; mx[b * kMaxDotRows + j]
-  // gets the head's maximum (−inf if empty).
-  void scores(const Tile* tl, const Span* sp, int nb, float* scores, int64_t stride,
-              float* mx) const {
-    const int64_t tile_stride = kMaxDotRows * stride;
+  // The first position token t sees.
+  int32_t first(int64_t t) const {
+    return p_.window > 0 ? std::max<int32_t>(0, pos_[t] - p_.window + 1) : 0;
+  }
+
+  // Segment g of the item into states st[b * kGroupHeads + j] and value sums o (same layout, rows
+  // of head_dim_v): st is folded with the segment's state when `fold_into`, else overwritten by it
+  // (empty tokens get the empty state).
+  void segment(const Item& it, int32_t g, State* st, float* o, bool fold_into) const {
+    const int32_t s0 = g * kSegment, s1 = s0 + kSegment;
+    const int dv = p_.head_dim_v;
+    Span sp[kMaxBlockTokens];
+    Span all{s1, s0};
+    for (int b = 0; b < it.nb; ++b) {
+      const int64_t t = it.t0 + b;
+      sp[b] = {std::max(s0, first(t)), std::min(s1, pos_[t] + 1)};
+      if (!sp[b].empty()) all = {std::min(all.k0, sp[b].k0), std::max(all.k1, sp[b].k1)};
+    }
+    if (!fold_into)
+      for (int i = 0; i < it.nb * kGroupHeads; ++i) st[i] = State{};
+    if (all.empty()) return;
+    const int seq = seq_[it.t0];
+    const int64_t row_stride = int64_t{kGroupHeads} * kSegment;
+    float* sc = sized(t_scores, static_cast<size_t>(it.nb * row_stride));
+    float* acc = sized(t_acc, static_cast<size_t>(it.nb * kGroupHeads * dv));
+
+    // Scores, key runs shared by every token and head of the item.
     const bool tiled = tiles_.key_scores && k_pad_ == p_.head_dim_k;
-    const Span all = hull(sp, nb);
-    const std::byte* rows[kRun];
+    const std::byte* krows[kRun];
     for (int32_t a = all.k0; a < all.k1; a += kRun) {
       const int n = std::min(kRun, all.k1 - a);
-      for (int i = 0; i < n; ++i)
-        rows[i] = kv_.k_row(tl[0].seq, layer_, a + i) + tl[0].kvh * k_head_;
-      for (int b = 0; b < nb; ++b) {
+      for (int i = 0; i < n; ++i) krows[i] = kv_.k_row(seq, layer_, a + i) + it.kvh * k_head_;
+      for (int b = 0; b < it.nb; ++b) {
         const int32_t s = std::max(a, sp[b].k0), e = std::min(a + n, sp[b].k1);
         if (s >= e) continue;
-        float* out = scores + b * tile_stride + (s - sp[b].k0);
-        if (tiled) {
-          tiles_.key_scores(p_.head_dim_k, rows + (s - a), e - s, tl[b].q, p_.head_dim_k,
-                            tl[b].n_h, out, stride);
-          continue;
-        }
-        for (int j = 0; j < tl[b].n_h; ++j) {
-          const float* q = query(tl[b].q + j * p_.head_dim_k);
-          for (int32_t k = s; k < e; ++k) out[j * stride + k - s] = kdot_(k_pad_, rows[k - a], q);
+        const float* qb = q_ + ((it.t0 + b) * p_.n_head + it.h0) * p_.head_dim_k;
+        float* out = sc + b * row_stride + (s - s0);
+        for (int j0 = 0; j0 < it.nh; j0 += kMaxDotRows) {
+          const int nq = std::min(kMaxDotRows, it.nh - j0);
+          if (tiled) {
+            tiles_.key_scores(p_.head_dim_k, krows + (s - a), e - s, qb + j0 * p_.head_dim_k,
+                              p_.head_dim_k, nq, out + j0 * kSegment, kSegment);
+            continue;
+          }
+          for (int j = j0; j < j0 + nq; ++j) {
+            const float* qj = query(qb + j * p_.head_dim_k);
+            for (int32_t k = s; k < e; ++k)
+              out[j * kSegment + k - s] = kdot_(k_pad_, krows[k - a], qj);
+          }
         }
       }
     }
-    for (int b = 0; b < nb; ++b) {
-      for (int j = 0; j < tl[b].n_h; ++j) {
-        float m = -INFINITY;
-        float* s = scores + b * tile_stride + j * stride;
-        for (int32_t i = 0; i < sp[b].k1 - sp[b].k0; ++i) {
-          s[i] *= p_.scale;
-          m = std::max(m, s[i]);
-        }
-        mx[b * kMaxDotRows + j] = m;
+
+    // Softmax numerators against the segment's maxima.
+    float m_g[kMaxBlockTokens * kGroupHeads], l_g[kMaxBlockTokens * kGroupHeads];
+    for (int b = 0; b < it.nb; ++b) {
+      if (sp[b].empty()) continue;
+      for (int j = 0; j < it.nh; ++j) {
+        const int i = b * kGroupHeads + j;
+        l_g[i] = tiles_.exp_scores(sc + i * kSegment + (sp[b].k0 - s0), sp[b].k1 - sp[b].k0,
+                                   p_.scale, &m_g[i]);
+        std::fill(acc + i * dv, acc + (i + 1) * dv, 0.0f);
       }
     }
-  }
 
-  // Turns scores into exp(score − mx) in place and returns sum0 plus their sum.
-  static float exponentiate(float* scores, int32_t n, float mx, float sum0) {
-    float sum = sum0;
-    for (int32_t i = 0; i < n; ++i) {
-      scores[i] = std::exp(scores[i] - mx);
-      sum += scores[i];
-    }
-    return sum;
-  }
-
-  // acc[(b * kMaxDotRows + j) * head_dim_v + d] = Σ weights[(b * kMaxDotRows + j) * stride + k −
-  // sp[b].k0] · v[k][d] over the positions of sp[b], for the tiles tl[0..nb) of one sequence and
-  // KV head; each value row is loaded (and dequantized) once for all of them.
-  void weighted_values(const Tile* tl, const Span* sp, int nb, const float* weights, int64_t stride,
-                       float* acc) const {
-    const int64_t tile_stride = kMaxDotRows * stride;
-    const int64_t acc_stride = int64_t{kMaxDotRows} * p_.head_dim_v;
-    for (int b = 0; b < nb; ++b)
-      std::fill(acc + b * acc_stride, acc + b * acc_stride + tl[b].n_h * p_.head_dim_v, 0.0f);
-    const Span all = hull(sp, nb);
-    const float* rows[kRun];
-    if (vt_ != KvType::kF32) t_rows.resize(static_cast<size_t>(kRun) * v_dim_);
+    // Value sums, value runs shared likewise: f32, f16 and bf16 rows read where they are stored,
+    // block-quantized ones dequantized once per run.
+    const float* vrows[kRun];
+    const std::byte* vraw[kRun];
+    const bool convert = vt_ != KvType::kF32 && !vsums_stored_;
+    if (convert) sized(t_rows, static_cast<size_t>(kRun) * v_dim_);
     for (int32_t a = all.k0; a < all.k1; a += kRun) {
       const int n = std::min(kRun, all.k1 - a);
       for (int i = 0; i < n; ++i) {
-        const std::byte* raw = (p_.values_in_keys ? kv_.k_row(tl[0].seq, layer_, a + i)
-                                                  : kv_.v_row(tl[0].seq, layer_, a + i)) +
-                               tl[0].kvh * v_head_;
-        if (vt_ == KvType::kF32) {
-          rows[i] = reinterpret_cast<const float*>(raw);
+        const std::byte* raw = (p_.values_in_keys ? kv_.k_row(seq, layer_, a + i)
+                                                  : kv_.v_row(seq, layer_, a + i)) +
+                               it.kvh * v_head_;
+        vraw[i] = raw;
+        if (!convert) {
+          vrows[i] = reinterpret_cast<const float*>(raw);
         } else {
           float* row = t_rows.data() + static_cast<size_t>(i) * v_dim_;
           kv_load_head(vt_, raw, v_dim_, row);
-          rows[i] = row;
+          vrows[i] = row;
         }
       }
-      for (int b = 0; b < nb; ++b) {
+      for (int b = 0; b < it.nb; ++b) {
         const int32_t s = std::max(a, sp[b].k0), e = std::min(a + n, sp[b].k1);
         if (s >= e) continue;
-        tiles_.value_sums(p_.head_dim_v, rows + (s - a), e - s,
-                          weights + b * tile_stride + (s - sp[b].k0), stride, tl[b].n_h,
-                          acc + b * acc_stride, p_.head_dim_v);
+        for (int j0 = 0; j0 < it.nh; j0 += kMaxDotRows) {
+          const int i = b * kGroupHeads + j0, nq = std::min(kMaxDotRows, it.nh - j0);
+          const float* w = sc + i * kSegment + (s - s0);
+          if (vsums_stored_)
+            vsums_stored_(dv, vraw + (s - a), e - s, w, kSegment, nq, acc + i * dv, dv);
+          else
+            tiles_.value_sums(dv, vrows + (s - a), e - s, w, kSegment, nq, acc + i * dv, dv);
+        }
       }
     }
+
+    for (int b = 0; b < it.nb; ++b) {
+      if (sp[b].empty()) continue;
+      for (int j = 0; j < it.nh; ++j) {
+        const int i = b * kGroupHeads + j;
+        if (fold_into) {
+          fold(st[i], o + i * dv, m_g[i], l_g[i], acc + i * dv, dv);
+        } else {
+          st[i] = {m_g[i], l_g[i]};
+          std::copy_n(acc + i * dv, dv, o + i * dv);
+        }
+      }
+    }
+  }
+
+  // Every segment of the item, folded in order, normalised into out.
+  void whole(const Item& it, float* out) const {
+    const int dv = p_.head_dim_v;
+    State st[kMaxBlockTokens * kGroupHeads];
+    float* o = sized(t_out, static_cast<size_t>(it.nb * kGroupHeads * dv));
+    std::fill(o, o + it.nb * kGroupHeads * dv, 0.0f);
+    int32_t lo = pos_[it.t0], hi = 0;
+    for (int b = 0; b < it.nb; ++b) {
+      lo = std::min(lo, first(it.t0 + b));
+      hi = std::max(hi, pos_[it.t0 + b]);
+    }
+    for (int32_t g = lo / kSegment; g <= hi / kSegment; ++g) segment(it, g, st, o, true);
+    for (int b = 0; b < it.nb; ++b)
+      for (int j = 0; j < it.nh; ++j) {
+        const int i = b * kGroupHeads + j, h = it.h0 + j;
+        finish(st[i], o + i * dv, sink(h), p_.sinks != nullptr, dv,
+               out + ((it.t0 + b) * p_.n_head + h) * dv);
+      }
   }
 
   float sink(int h) const { return p_.sinks ? p_.sinks[h] : -INFINITY; }
@@ -217,141 +297,93 @@ class Attender {
   const int32_t* pos_;
   KvType kt_, vt_;
   AttentionTiles tiles_;
+  StoredValueSumsFn vsums_stored_;  // f16/bf16 value rows read as stored; null otherwise
   VecDotFn kdot_;  // stored keys · f32 query, for key types without a tile kernel
   int k_pad_;
   uint64_t k_head_;
   int v_dim_;  // floats per stored value head (MLA: the whole key row)
   uint64_t v_head_;
   int n_rep_;   // query heads per KV head
-  int chunks_;  // tiles per KV head
+  int groups_;  // items per KV head and block
 };
-
-float* scores_buffer(size_t n) {
-  if (t_scores.size() < n) t_scores.resize(n);
-  return t_scores.data();
-}
 
 }  // namespace
 
 void attention(ThreadPool& pool, const AttentionParams& p, const KvCache& kv, int layer,
                const float* q, const int32_t* seq, const int32_t* pos, int64_t n_tok, float* out) {
+  if (n_tok == 0) return;
   const Attender at(p, kv, layer, q, seq, pos);
-  const int64_t n_tiles = n_tok * at.tiles_per_token();
-  int32_t max_span = 0;
-  for (int64_t t = 0; t < n_tok; ++t) {
-    const Tile tl = at.tile(t * at.tiles_per_token());
-    max_span = std::max(max_span, tl.last - tl.first + 1);
-  }
+  const int64_t gpt = at.groups_per_token();
   const int64_t want_items = kItemsPerThread * pool.size();
-  const int64_t n_seg =
-      n_tiles >= want_items || max_span < 2 * kMinSegment
-          ? 1
-          : std::min<int64_t>((want_items + n_tiles - 1) / n_tiles, max_span / kMinSegment);
-  auto out_head = [&](const Tile& tl, int64_t item, int j) {
-    const int64_t t = item / at.tiles_per_token();
-    return out + (t * p.n_head + tl.h0 + j) * p.head_dim_v;
+  const int64_t by_items = std::max<int64_t>(1, n_tok * gpt / want_items);
+  const int64_t block_cap = std::min(kMaxBlockTokens, by_items);
+  std::vector<int64_t> block_start{0};
+  int32_t max_pos = 0;
+  for (int64_t t = 0; t < n_tok; ++t) {
+    max_pos = std::max(max_pos, pos[t]);
+    if (t > 0 && (seq[t] != seq[t - 1] || t - block_start.back() == block_cap))
+      block_start.push_back(t);
+  }
+  block_start.push_back(n_tok);
+  const auto n_blocks = static_cast<int64_t>(block_start.size()) - 1;
+  const int64_t n_items = n_blocks * gpt;
+  auto item = [&](int64_t it) {
+    const int64_t blk = it / gpt;
+    return at.item(block_start[blk], static_cast<int>(block_start[blk + 1] - block_start[blk]),
+                   it % gpt);
   };
 
-  if (n_seg == 1) {
-    // Blocks: runs of consecutive tokens of one sequence, as many as keep the items plentiful and
-    // the scores buffer bounded.
-    const int64_t tpt = at.tiles_per_token();
-    const int64_t by_items = std::max<int64_t>(1, n_tiles / want_items);
-    const int64_t by_memory =
-        std::max<int64_t>(1, kMaxBlockScores / (int64_t{kMaxDotRows} * std::max(max_span, 1)));
-    const int64_t block_cap = std::min({kMaxBlockTokens, by_items, by_memory});
-    std::vector<int64_t> block_start{0};
-    for (int64_t t = 1; t < n_tok; ++t) {
-      if (seq[t] != seq[t - 1] || t - block_start.back() == block_cap) block_start.push_back(t);
-    }
-    block_start.push_back(n_tok);
-    const auto n_blocks = static_cast<int64_t>(block_start.size()) - 1;
-    pool.parallel_for(n_blocks * tpt, [&](int64_t begin, int64_t end) {
-      Tile tl[kMaxBlockTokens];
-      Span sp[kMaxBlockTokens];
-      float mx[kMaxBlockTokens * kMaxDotRows], sum[kMaxBlockTokens * kMaxDotRows];
-      for (int64_t it = begin; it < end; ++it) {
-        const int64_t t0 = block_start[it / tpt], r = it % tpt;
-        const int nb = static_cast<int>(block_start[it / tpt + 1] - t0);
-        for (int b = 0; b < nb; ++b) {
-          tl[b] = at.tile((t0 + b) * tpt + r);
-          sp[b] = {tl[b].first, tl[b].last + 1};
-        }
-        const Span all = hull(sp, nb);
-        const int64_t stride = all.k1 - all.k0;
-        float* scores = scores_buffer(static_cast<size_t>(nb * kMaxDotRows * stride));
-        t_acc.resize(static_cast<size_t>(nb * kMaxDotRows) * p.head_dim_v);
-        at.scores(tl, sp, nb, scores, stride, mx);
-        for (int b = 0; b < nb; ++b) {
-          for (int j = 0; j < tl[b].n_h; ++j) {
-            const float sink = at.sink(tl[b].h0 + j);
-            const int m = b * kMaxDotRows + j;
-            mx[m] = std::max(mx[m], sink);
-            sum[m] = Attender::exponentiate(scores + m * stride, sp[b].k1 - sp[b].k0, mx[m],
-                                            p.sinks ? std::exp(sink - mx[m]) : 0.0f);
-          }
-        }
-        at.weighted_values(tl, sp, nb, scores, stride, t_acc.data());
-        for (int b = 0; b < nb; ++b) {
-          for (int j = 0; j < tl[b].n_h; ++j) {
-            float* o = out + ((t0 + b) * p.n_head + tl[b].h0 + j) * p.head_dim_v;
-            const float* acc = t_acc.data() + (b * kMaxDotRows + j) * p.head_dim_v;
-            const float inv = 1.0f / sum[b * kMaxDotRows + j];
-            for (int d = 0; d < p.head_dim_v; ++d) o[d] = acc[d] * inv;
-          }
-        }
-      }
+  // Split: one item per (block, group, segment) when the blocks and groups alone leave threads
+  // idle (decode, few KV heads) and the context spans several segments.
+  const int64_t n_seg = max_pos / kSegment + 1;
+  const int64_t split_floats = n_tok * p.n_head * n_seg * (p.head_dim_v + 2);
+  if (n_items >= want_items || n_seg < 2 || split_floats > kMaxSplitFloats) {
+    pool.parallel_for(n_items, [&](int64_t begin, int64_t end) {
+      for (int64_t it = begin; it < end; ++it) at.whole(item(it), out);
     });
     return;
   }
 
-  // Segment s of a tile covers [first + span·s/n_seg, first + span·(s+1)/n_seg); its per-head
-  // results sit at slot (item · kMaxDotRows + j).
-  const int64_t items = n_tiles * n_seg;
-  std::vector<float> seg_max(static_cast<size_t>(items * kMaxDotRows));
-  std::vector<float> seg_sum(static_cast<size_t>(items * kMaxDotRows));
-  std::vector<float> seg_acc(static_cast<size_t>(items * kMaxDotRows * p.head_dim_v));
-  pool.parallel_for(items, [&](int64_t begin, int64_t end) {
-    for (int64_t it = begin; it < end; ++it) {
-      const Tile tl = at.tile(it / n_seg);
-      const int64_t s = it % n_seg;
-      const int64_t span = tl.last - tl.first + 1;
-      const auto k0 = static_cast<int32_t>(tl.first + span * s / n_seg);
-      const auto k1 = static_cast<int32_t>(tl.first + span * (s + 1) / n_seg);
-      const int64_t stride = std::max<int32_t>(1, k1 - k0);
-      float* scores = scores_buffer(static_cast<size_t>(kMaxDotRows * stride));
-      const Span sp{k0, k1};
-      at.scores(&tl, &sp, 1, scores, stride, seg_max.data() + it * kMaxDotRows);
-      for (int j = 0; j < tl.n_h; ++j) {
-        const int64_t slot = it * kMaxDotRows + j;
-        seg_sum[slot] = Attender::exponentiate(scores + j * stride, k1 - k0, seg_max[slot], 0.0f);
-      }
-      at.weighted_values(&tl, &sp, 1, scores, stride,
-                         seg_acc.data() + it * kMaxDotRows * p.head_dim_v);
+  // States per (token, head, segment); the merge folds them in position order.
+  // (Named through references: inside the pool's lambdas a thread_local names the worker's own.)
+  thread_local std::vector<State> t_seg_state;
+  thread_local std::vector<float> t_seg_o;
+  std::vector<State>& seg_state = t_seg_state;
+  std::vector<float>& seg_o = t_seg_o;
+  seg_state.assign(static_cast<size_t>(n_tok * p.n_head * n_seg), State{});
+  seg_o.resize(static_cast<size_t>(n_tok * p.n_head * n_seg * p.head_dim_v));
+  const int dv = p.head_dim_v;
+  auto slot = [&](int64_t t, int h, int64_t g) { return (t * p.n_head + h) * n_seg + g; };
+  pool.parallel_for(n_items * n_seg, [&](int64_t begin, int64_t end) {
+    State st[kMaxBlockTokens * kGroupHeads];
+    for (int64_t x = begin; x < end; ++x) {
+      const Item it = item(x / n_seg);
+      const auto g = static_cast<int32_t>(x % n_seg);
+      float* o = sized(t_out, static_cast<size_t>(it.nb * kGroupHeads * dv));
+      at.segment(it, g, st, o, false);
+      for (int b = 0; b < it.nb; ++b)
+        for (int j = 0; j < it.nh; ++j) {
+          const int i = b * kGroupHeads + j;
+          if (st[i].l == 0.0f) continue;  // no position of this segment (the state stays empty)
+          const int64_t s = slot(it.t0 + b, it.h0 + j, g);
+          seg_state[s] = st[i];
+          std::copy_n(o + i * dv, dv, seg_o.data() + s * dv);
+        }
     }
   });
-  pool.parallel_for(n_tiles, [&](int64_t begin, int64_t end) {
-    for (int64_t ti = begin; ti < end; ++ti) {
-      const Tile tl = at.tile(ti);
-      for (int j = 0; j < tl.n_h; ++j) {
-        const float sink = at.sink(tl.h0 + j);
-        float mx = sink;
-        for (int64_t s = 0; s < n_seg; ++s)
-          mx = std::max(mx, seg_max[(ti * n_seg + s) * kMaxDotRows + j]);
-        float sum = p.sinks ? std::exp(sink - mx) : 0.0f;
-        float* o = out_head(tl, ti, j);
-        std::fill(o, o + p.head_dim_v, 0.0f);
-        for (int64_t s = 0; s < n_seg; ++s) {
-          const int64_t slot = (ti * n_seg + s) * kMaxDotRows + j;
-          if (seg_sum[slot] == 0.0f) continue;  // an empty segment (short span)
-          const float scale = std::exp(seg_max[slot] - mx);
-          sum += seg_sum[slot] * scale;
-          const float* acc = seg_acc.data() + ((ti * n_seg + s) * kMaxDotRows + j) * p.head_dim_v;
-          for (int d = 0; d < p.head_dim_v; ++d) o[d] += acc[d] * scale;
-        }
-        const float inv = 1.0f / sum;
-        for (int d = 0; d < p.head_dim_v; ++d) o[d] *= inv;
+  pool.parallel_for(n_tok * p.n_head, [&](int64_t begin, int64_t end) {
+    std::vector<float> o(dv);
+    for (int64_t x = begin; x < end; ++x) {
+      const int64_t t = x / p.n_head;
+      const int h = static_cast<int>(x % p.n_head);
+      State st;
+      std::fill(o.begin(), o.end(), 0.0f);
+      for (int64_t g = 0; g < n_seg; ++g) {
+        const State& sg = seg_state[slot(t, h, g)];
+        if (sg.l == 0.0f) continue;
+        fold(st, o.data(), sg.m, sg.l, seg_o.data() + slot(t, h, g) * dv, dv);
       }
+      finish(st, o.data(), at.sink(h), p.sinks != nullptr, dv, out + (t * p.n_head + h) * dv);
     }
   });
 }

@@ -1,6 +1,8 @@
 // Scalar attention tiles: the twins of attn_tiles_avx2.cpp, and the reference the generic build
-// runs. Keys: stored key rows (f32, f16, bf16) against up to kMaxDotRows f32 queries; values:
-// weighted sums of f32 value rows, keys in order.
+// runs. Keys: stored key rows (f32, f16, bf16) against up to kMaxDotRows f32 queries; softmax
+// numerators of a score row (std::exp); values: weighted sums of f32 value rows, keys in order.
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -64,6 +66,44 @@ void value_sums(int64_t dim, const float* const* v_rows, int n_keys, const float
       const float wk = w[t * w_stride + k];
       for (int64_t d = 0; d < dim; ++d) acc[t * acc_stride + d] += wk * v_rows[k][d];
     }
+}
+
+namespace {
+
+template <float (*At)(const std::byte*, int64_t)>
+void stored_value_sums(int64_t dim, const std::byte* const* v_rows, int n_keys, const float* w,
+                       int64_t w_stride, int n_q, float* acc, int64_t acc_stride) {
+  for (int t = 0; t < n_q; ++t)
+    for (int k = 0; k < n_keys; ++k) {
+      const float wk = w[t * w_stride + k];
+      for (int64_t d = 0; d < dim; ++d) acc[t * acc_stride + d] += wk * At(v_rows[k], d);
+    }
+}
+
+}  // namespace
+
+void value_sums_f16(int64_t dim, const std::byte* const* v_rows, int n_keys, const float* w,
+                    int64_t w_stride, int n_q, float* acc, int64_t acc_stride) {
+  stored_value_sums<f16_at>(dim, v_rows, n_keys, w, w_stride, n_q, acc, acc_stride);
+}
+void value_sums_bf16(int64_t dim, const std::byte* const* v_rows, int n_keys, const float* w,
+                     int64_t w_stride, int n_q, float* acc, int64_t acc_stride) {
+  stored_value_sums<bf16_at>(dim, v_rows, n_keys, w, w_stride, n_q, acc, acc_stride);
+}
+
+float exp_scores(float* s, int64_t n, float scale, float* max) {
+  float m = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) {
+    s[i] *= scale;
+    m = std::max(m, s[i]);
+  }
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    s[i] = std::exp(s[i] - m);
+    sum += s[i];
+  }
+  *max = m;
+  return sum;
 }
 
 }  // namespace sluice::scalar

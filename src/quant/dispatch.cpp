@@ -279,23 +279,37 @@ DotKernels dot_kernels(GgmlType weight, Isa isa) {
 }
 
 AttentionTiles attention_tiles(GgmlType key_storage, Isa isa) {
-  const bool simd = isa >= Isa::Avx2;
+  const bool simd = isa >= Isa::Avx2, wide = isa >= Isa::Avx512;
   AttentionTiles t;
-  t.value_sums = simd ? avx2::value_sums : scalar::value_sums;
+  t.value_sums = wide ? avx512::value_sums : simd ? avx2::value_sums : scalar::value_sums;
+  t.exp_scores = simd ? avx2::exp_scores : scalar::exp_scores;
   switch (key_storage) {
     case GgmlType::F32:
-      t.key_scores = simd ? avx2::key_scores_f32 : scalar::key_scores_f32;
+      t.key_scores = wide ? avx512::key_scores_f32 : simd ? avx2::key_scores_f32 : scalar::key_scores_f32;
       break;
     case GgmlType::F16:
-      t.key_scores = simd ? avx2::key_scores_f16 : scalar::key_scores_f16;
+      t.key_scores = wide ? avx512::key_scores_f16 : simd ? avx2::key_scores_f16 : scalar::key_scores_f16;
       break;
     case GgmlType::BF16:
-      t.key_scores = simd ? avx2::key_scores_bf16 : scalar::key_scores_bf16;
+      t.key_scores = wide ? avx512::key_scores_bf16 : simd ? avx2::key_scores_bf16 : scalar::key_scores_bf16;
       break;
     default:
       break;
   }
   return t;
+}
+
+StoredValueSumsFn stored_value_sums(GgmlType value_storage, Isa isa) {
+  const bool simd = isa >= Isa::Avx2, wide = isa >= Isa::Avx512;
+  switch (value_storage) {
+    case GgmlType::F16:
+      return wide ? avx512::value_sums_f16 : simd ? avx2::value_sums_f16 : scalar::value_sums_f16;
+    case GgmlType::BF16:
+      return wide ? avx512::value_sums_bf16
+                  : simd ? avx2::value_sums_bf16 : scalar::value_sums_bf16;
+    default:
+      return nullptr;
+  }
 }
 
 VecDotFn f32_activation_dot(GgmlType weight) {

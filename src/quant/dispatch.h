@@ -1,8 +1,8 @@
 // Runtime choice of dot-product kernels. Each weight type maps to the activation format its dot
 // kernel reads (its "vec-dot type") and to the kernel itself; the AVX2 set is used when the CPU has
 // AVX2 and FMA and SLUICE_NO_SIMD is not set, so one binary runs everywhere and tests can force the
-// scalar reference path. The AVX-512 set (AVX2 kernels plus the VNNI GEMM) is used when the CPU
-// also has AVX-512 F/BW/VL/VNNI; SLUICE_ISA=scalar|avx2|avx512 caps the choice for comparisons.
+// scalar reference path. The AVX-512 set (AVX2 kernels plus the VNNI GEMM and 16-lane attention
+// tiles) is used when the CPU also has AVX-512 F/BW/VL/VNNI; SLUICE_ISA=scalar|avx2|avx512 caps the choice for comparisons.
 #pragma once
 
 #include <cstdint>
@@ -64,7 +64,14 @@ inline DotKernels dot_kernels(GgmlType weight) {
 struct AttentionTiles {
   KeyScoresFn key_scores = nullptr;
   ValueSumsFn value_sums = nullptr;
+  ExpScoresFn exp_scores = nullptr;
 };
+// The value-sum kernel that reads stored rows of `value_storage` (F16, BF16) directly; null for
+// other types (F32 rows are read by value_sums, block-quantized ones dequantized first).
+StoredValueSumsFn stored_value_sums(GgmlType value_storage, Isa isa);
+inline StoredValueSumsFn stored_value_sums(GgmlType value_storage) {
+  return stored_value_sums(value_storage, active_isa());
+}
 AttentionTiles attention_tiles(GgmlType key_storage, Isa isa);
 inline AttentionTiles attention_tiles(GgmlType key_storage) {
   return attention_tiles(key_storage, active_isa());

@@ -60,6 +60,14 @@ using KeyScoresFn = void (*)(int64_t dim, const std::byte* const* k_rows, int n_
                              int64_t s_stride);
 using ValueSumsFn = void (*)(int64_t dim, const float* const* v_rows, int n_keys, const float* w,
                              int64_t w_stride, int n_q, float* acc, int64_t acc_stride);
+// Value sums over stored f16 or bf16 rows (dim values each), widened to f32 in the kernel: the
+// same results as value_sums over the rows converted to f32 beforehand.
+using StoredValueSumsFn = void (*)(int64_t dim, const std::byte* const* v_rows, int n_keys,
+                                   const float* w, int64_t w_stride, int n_q, float* acc,
+                                   int64_t acc_stride);
+// Softmax numerators of one query's scores in place: s[i] = exp(scale·s[i] − m) with m the
+// largest scale·s[i], written to *max; returns Σ s[i]. n ≥ 1.
+using ExpScoresFn = float (*)(float* s, int64_t n, float scale, float* max);
 
 // Activation quantizers zero blocks whose largest magnitude is below this (see act_quant.cpp).
 inline constexpr float kMinActivationAmax = 1e-30f;
@@ -75,6 +83,11 @@ void key_scores_bf16(int64_t dim, const std::byte* const* k_rows, int n_keys, co
                      int64_t q_stride, int n_q, float* scores, int64_t s_stride);
 void value_sums(int64_t dim, const float* const* v_rows, int n_keys, const float* w,
                 int64_t w_stride, int n_q, float* acc, int64_t acc_stride);
+float exp_scores(float* s, int64_t n, float scale, float* max);
+void value_sums_f16(int64_t dim, const std::byte* const* v_rows, int n_keys, const float* w,
+                    int64_t w_stride, int n_q, float* acc, int64_t acc_stride);
+void value_sums_bf16(int64_t dim, const std::byte* const* v_rows, int n_keys, const float* w,
+                     int64_t w_stride, int n_q, float* acc, int64_t acc_stride);
 
 float vec_dot_f32(int64_t n, const void* w, const void* x);
 float vec_dot_f16(int64_t n, const void* w, const void* x);
@@ -120,6 +133,11 @@ void key_scores_bf16(int64_t dim, const std::byte* const* k_rows, int n_keys, co
                      int64_t q_stride, int n_q, float* scores, int64_t s_stride);
 void value_sums(int64_t dim, const float* const* v_rows, int n_keys, const float* w,
                 int64_t w_stride, int n_q, float* acc, int64_t acc_stride);
+float exp_scores(float* s, int64_t n, float scale, float* max);
+void value_sums_f16(int64_t dim, const std::byte* const* v_rows, int n_keys, const float* w,
+                    int64_t w_stride, int n_q, float* acc, int64_t acc_stride);
+void value_sums_bf16(int64_t dim, const std::byte* const* v_rows, int n_keys, const float* w,
+                     int64_t w_stride, int n_q, float* acc, int64_t acc_stride);
 
 float vec_dot_f32(int64_t n, const void* w, const void* x);
 float vec_dot_f16(int64_t n, const void* w, const void* x);
@@ -210,6 +228,19 @@ void vec_dot_f32_multi(int64_t n, const void* w, const void* x, uint64_t x_strid
                        float* out);
 void vec_dot_f16_multi(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x,
                        float* out);
+// Attention tiles (attn_tiles_avx512.cpp), 16 lanes; value sums equal the AVX2 ones exactly.
+void key_scores_f32(int64_t dim, const std::byte* const* k_rows, int n_keys, const float* q,
+                    int64_t q_stride, int n_q, float* scores, int64_t s_stride);
+void key_scores_f16(int64_t dim, const std::byte* const* k_rows, int n_keys, const float* q,
+                    int64_t q_stride, int n_q, float* scores, int64_t s_stride);
+void key_scores_bf16(int64_t dim, const std::byte* const* k_rows, int n_keys, const float* q,
+                     int64_t q_stride, int n_q, float* scores, int64_t s_stride);
+void value_sums(int64_t dim, const float* const* v_rows, int n_keys, const float* w,
+                int64_t w_stride, int n_q, float* acc, int64_t acc_stride);
+void value_sums_f16(int64_t dim, const std::byte* const* v_rows, int n_keys, const float* w,
+                    int64_t w_stride, int n_q, float* acc, int64_t acc_stride);
+void value_sums_bf16(int64_t dim, const std::byte* const* v_rows, int n_keys, const float* w,
+                     int64_t w_stride, int n_q, float* acc, int64_t acc_stride);
 }  // namespace avx512
 
 }  // namespace sluice

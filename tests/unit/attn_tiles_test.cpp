@@ -42,6 +42,9 @@ Keys random_keys(GgmlType type, int dim, int n_keys, std::mt19937& rng) {
       const uint16_t h = type == GgmlType::F16 ? fp32_to_fp16(f) : fp32_to_bf16(f);
       std::memcpy(k.bytes.data() + 2 * i, &h, 2);
     }
+    k.values.push_back(type == GgmlType::F32   ? f
+                       : type == GgmlType::F16 ? fp16_to_fp32(fp32_to_fp16(f))
+                                               : bf16_to_fp32(fp32_to_bf16(f)));
   }
   for (int r = 0; r < n_keys; ++r) k.rows.push_back(k.bytes.data() + elem * dim * r);
   return k;
@@ -101,6 +104,68 @@ TEST(AttentionTiles, ValueSumsMatchScalarAndDoNotDependOnTheTile) {
             << "dim " << dim;
       }
     }
+}
+
+// Value sums over stored f16/bf16 rows equal value_sums over the same rows widened to f32 first,
+// bit for bit, in each set (the widening is exact); the SIMD set matches the scalar one.
+TEST(AttentionTiles, StoredValueSumsEqualValueSumsOfWidenedRows) {
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> ud(0.0f, 1.0f);
+  std::vector<Isa> sets = simd_sets();
+  sets.push_back(Isa::Scalar);
+  for (Isa isa : sets)
+    for (GgmlType t : {GgmlType::F16, GgmlType::BF16})
+      for (int dim : {5, 64, 72, 128, 512}) {
+        const int n_keys = 45;
+        const Keys v = random_keys(t, dim, n_keys, rng);
+        std::vector<const float*> rows;
+        for (int k = 0; k < n_keys; ++k) rows.push_back(v.values.data() + k * dim);
+        std::vector<float> w(kMaxDotRows * n_keys);
+        for (float& x : w) x = ud(rng);
+        for (int nq = 1; nq <= kMaxDotRows; ++nq) {
+          std::vector<float> want(kMaxDotRows * dim, 0.25f), got(kMaxDotRows * dim, 0.25f),
+              ref(kMaxDotRows * dim, 0.25f);
+          attention_tiles(t, isa).value_sums(dim, rows.data(), n_keys, w.data(), n_keys, nq,
+                                             want.data(), dim);
+          ASSERT_NE(stored_value_sums(t, isa), nullptr);
+          stored_value_sums(t, isa)(dim, v.rows.data(), n_keys, w.data(), n_keys, nq, got.data(),
+                                    dim);
+          EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float)))
+              << isa_name(isa) << " dim " << dim << " rows " << nq;
+          stored_value_sums(t, Isa::Scalar)(dim, v.rows.data(), n_keys, w.data(), n_keys, nq,
+                                            ref.data(), dim);
+          for (size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(got[i], ref[i], 1e-4f);
+        }
+      }
+  EXPECT_EQ(stored_value_sums(GgmlType::Q8_0, Isa::Scalar), nullptr);
+  EXPECT_EQ(stored_value_sums(GgmlType::F32, Isa::Scalar), nullptr);
+}
+
+// Softmax numerators: the SIMD polynomial exp against the scalar std::exp on random scores of
+// several lengths (tails of every size) and spreads (down to weights that underflow to 0); the
+// maximum is found exactly and gets weight 1.
+TEST(AttentionTiles, ExpScoresMatchScalar) {
+  std::mt19937 rng(13);
+  for (Isa isa : simd_sets())
+    for (float spread : {0.5f, 4.0f, 40.0f})
+      for (int n : {1, 3, 8, 13, 64, 257}) {
+        std::normal_distribution<float> nd(0.0f, spread);
+        std::vector<float> want(n);
+        for (float& x : want) x = nd(rng);
+        std::vector<float> got = want;
+        float m_want = 0, m_got = 0;
+        const float s_want =
+            attention_tiles(GgmlType::F32, Isa::Scalar).exp_scores(want.data(), n, 0.3f, &m_want);
+        const float s_got = attention_tiles(GgmlType::F32, isa).exp_scores(got.data(), n, 0.3f, &m_got);
+        EXPECT_EQ(m_got, m_want);
+        EXPECT_NEAR(s_got, s_want, 2e-6f * s_want) << "n " << n << " spread " << spread;
+        bool has_one = false;
+        for (int i = 0; i < n; ++i) {
+          EXPECT_NEAR(got[i], want[i], 3e-7f * std::max(want[i], 1e-30f) + 1e-37f) << i;
+          has_one |= got[i] == 1.0f;
+        }
+        EXPECT_TRUE(has_one);
+      }
 }
 
 TEST(AttentionTiles, BlockQuantizedKeysHaveNoTileKernel) {

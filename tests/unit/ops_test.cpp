@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstring>
 #include <string>
 #include <random>
 #include <vector>
@@ -139,7 +140,52 @@ TEST_P(AttentionTest, LongContextSplitMatchesDenseReference) {
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTest,
                          ::testing::Values(AttnCase{4, 4, 16, 0, false}, AttnCase{8, 2, 32, 0, false},
                                            AttnCase{6, 1, 8, 0, false}, AttnCase{4, 2, 16, 7, false},
-                                           AttnCase{4, 2, 16, 0, true}, AttnCase{4, 2, 16, 5, true}));
+                                           AttnCase{4, 2, 16, 0, true}, AttnCase{4, 2, 16, 5, true},
+                                           AttnCase{16, 2, 128, 0, false}, AttnCase{24, 2, 40, 3, true},
+                                           AttnCase{20, 1, 72, 0, true}));
+
+// A token's attention is the fold of the same per-segment states whatever else is computed with
+// it: alone on one thread (positions split into segment items), in a batch of scattered tokens
+// (blocks of one token), in a prefill-like run of consecutive tokens (blocks of several), on 1, 2
+// or 6 threads — bit for bit, for every cache type, with a window and sinks. Positions sit at and
+// around segment boundaries; 1100 is no multiple of a segment or a key run.
+TEST(Attention, TokenResultDoesNotDependOnBatchOrThreads) {
+  for (KvType t : {KvType::kF32, KvType::kF16, KvType::kQ8_0})
+    for (int window : {0, 300}) {
+      SCOPED_TRACE(std::string(kv_type_name(t)) + " window " + std::to_string(window));
+      const AttnCase c{16, 2, 64, window, window > 0};
+      const int n_pos = 1100;
+      KvCache kv({{c.n_head_kv, c.hd, c.hd, window}}, 2048, {t, t, 0});
+      const KvData data = fill_kv(kv, 1, n_pos, c.n_head_kv * c.hd);
+      auto sinks = randn(c.n_head, 8);
+      AttentionParams ap{c.n_head, c.n_head_kv, c.hd, c.hd, 0.13f, window, c.sinks ? sinks.data() : nullptr};
+      const int64_t width = int64_t{c.n_head} * c.hd;
+      std::vector<int32_t> pos = {0, 255, 256, 511, 700, 1023, 1024, 1099};
+      for (int32_t p = 1090; p < 1099; ++p) pos.push_back(p);
+      const auto q_all = randn(pos.size() * width, 9);
+      // Each token alone on one thread: the reference the batches must equal.
+      std::vector<float> alone(pos.size() * width);
+      {
+        ThreadPool pool(1);
+        for (size_t i = 0; i < pos.size(); ++i) {
+          const int32_t s = 0;
+          attention(pool, ap, kv, 0, q_all.data() + i * width, &s, &pos[i], 1, alone.data() + i * width);
+        }
+      }
+      expect_dense(c, data, q_all, sinks, std::vector<int32_t>(pos.size(), 0), pos, alone, 0.13f);
+      for (int threads : {1, 2, 6}) {
+        ThreadPool pool(threads);
+        std::vector<float> out(pos.size() * width);
+        const std::vector<int32_t> seq(pos.size(), 0);
+        attention(pool, ap, kv, 0, q_all.data(), seq.data(), pos.data(), static_cast<int64_t>(pos.size()), out.data());
+        EXPECT_EQ(0, std::memcmp(out.data(), alone.data(), out.size() * sizeof(float))) << threads << " threads";
+        // One token on its own with this pool (decode).
+        std::vector<float> one(width);
+        attention(pool, ap, kv, 0, q_all.data() + 7 * width, seq.data(), &pos[7], 1, one.data());
+        EXPECT_EQ(0, std::memcmp(one.data(), alone.data() + 7 * width, width * sizeof(float))) << threads;
+      }
+    }
+}
 
 TEST(Rope, DotProductDependsOnlyOnDistance) {
   for (RopeType type : {RopeType::kNorm, RopeType::kNeox}) {
