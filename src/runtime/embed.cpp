@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "runtime/embed.h"
+#include "runtime/step.h"
 
 namespace sluice {
 
