@@ -175,6 +175,7 @@ class Attender {
     for (int32_t a = all.k0; a < all.k1; a += kRun) {
       const int n = std::min(kRun, all.k1 - a);
       for (int i = 0; i < n; ++i) krows[i] = kv_.k_row(seq, layer_, a + i) + it.kvh * k_head_;
+      prefetch_run(seq, a + kRun, all.k1, false, it.kvh);
       for (int b = 0; b < it.nb; ++b) {
         const int32_t s = std::max(a, sp[b].k0), e = std::min(a + n, sp[b].k1);
         if (s >= e) continue;
@@ -216,6 +217,7 @@ class Attender {
     if (convert) sized(t_rows, static_cast<size_t>(kRun) * v_dim_);
     for (int32_t a = all.k0; a < all.k1; a += kRun) {
       const int n = std::min(kRun, all.k1 - a);
+      prefetch_run(seq, a + kRun, all.k1, true, it.kvh);
       for (int i = 0; i < n; ++i) {
         const std::byte* raw = (p_.values_in_keys ? kv_.k_row(seq, layer_, a + i)
                                                   : kv_.v_row(seq, layer_, a + i)) +
@@ -280,6 +282,20 @@ class Attender {
   float sink(int h) const { return p_.sinks ? p_.sinks[h] : -INFINITY; }
 
  private:
+  // Asks for the KV head's slices of the next run's rows [a, min(a + kRun, end)) while this run is
+  // computed: an item reads a 1/n_head_kv slice of each row, a stride the hardware prefetchers
+  // follow poorly, and decode at depth is bound by these reads.
+  void prefetch_run(int seq, int32_t a, int32_t end, bool values, int kvh) const {
+    const int32_t e = std::min(a + kRun, end);
+    const bool v = values && !p_.values_in_keys;
+    const uint64_t head = v ? v_head_ : k_head_;
+    const uint64_t bytes = v ? kv_head_bytes(vt_, p_.head_dim_v) : head;
+    for (int32_t k = a; k < e; ++k) {
+      const std::byte* row = (v ? kv_.v_row(seq, layer_, k) : kv_.k_row(seq, layer_, k)) + kvh * head;
+      for (uint64_t off = 0; off < bytes; off += 64) __builtin_prefetch(row + off);
+    }
+  }
+
   // The query padded to the stored head's whole blocks (itself when no padding is needed); valid
   // until the next call on this thread.
   const float* query(const float* q) const {
