@@ -113,8 +113,9 @@ INSTANTIATE_TEST_SUITE_P(Reference, ExpertsMpi,
                            return n;
                          });
 
-// Runs a long generation on 2 ranks, lets it decode, sends `sig` to rank 1 and returns the job's
-// exit status, its output and the seconds from the signal to the job's end.
+// Runs a long generation on 2 ranks (16,000 tokens: longer than the 3 s before the signal on any
+// machine; the trained model decodes ~400 t/s here), lets it decode, sends `sig` to rank 1 and
+// returns the job's exit status, its output and the seconds from the signal to the job's end.
 struct Ended {
   ShellResult r;
   double seconds;
@@ -128,7 +129,7 @@ Ended signal_rank(int sig) {
   const std::string cmd =
       "timeout 60 " +
       mpirun(2,
-             "run -t 1 -n 4000 --ignore-eos -p hello --temp 0 --stage-timeout 3 "
+             "run -t 1 -c 16384 -n 16000 --ignore-eos -p hello --temp 0 --stage-timeout 3 "
              "--split-mode experts -m " + model,
              "echo $$ > " + pids.string() + "/$OMPI_COMM_WORLD_RANK;");
   std::chrono::steady_clock::time_point signalled{};
