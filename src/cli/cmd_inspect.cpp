@@ -239,24 +239,28 @@ void print_human(const gguf::File& file, const ModelReport& r, bool with_metadat
 
 }  // namespace
 
-// `--plan N`: the stage placement for N hosts and each host's budget, as `mpirun -np N sluice
-// run` would place the layers (cli/pipeline, plan/stage_plan).
-void print_pipeline(const gguf::File& file, const ModelReport& report, const SizingOptions& opts, int n) {
-  std::vector<HostFacts> hosts;
+// The hosts a `--plan N` places on: under mpirun each rank's (a collective), else this one N times,
+// with --ram as its budget when given.
+static std::vector<HostFacts> plan_hosts(const gguf::File& file, const SizingOptions& opts, int n) {
   if (pipeline_size() > 1) {
     ModelFlags f;
     f.model = file.part_path(0);
     if (opts.ram) f.mem_limit = fmt::format("{}", *opts.ram);
-    hosts = pipeline_hosts(f, n);
-  } else {
-    HostFacts h;
-    char name[256] = {};
-    gethostname(name, sizeof name - 1);
-    h.host = name;
-    h.budget = opts.ram ? memory_budget(MemInfo{}, *opts.ram, "--ram") : memory_budget(read_meminfo(), 0, "");
-    h.disk_bytes_per_second = opts.disk_bytes_per_second;
-    hosts.assign(n, h);
+    return pipeline_hosts(f, n);
   }
+  HostFacts h;
+  char name[256] = {};
+  gethostname(name, sizeof name - 1);
+  h.host = name;
+  h.budget = opts.ram ? memory_budget(MemInfo{}, *opts.ram, "--ram") : memory_budget(read_meminfo(), 0, "");
+  h.disk_bytes_per_second = opts.disk_bytes_per_second;
+  return std::vector<HostFacts>(n, h);
+}
+
+// `--plan N`: the stage placement for N hosts and each host's budget, as `mpirun -np N sluice
+// run` would place the layers (cli/pipeline, plan/stage_plan).
+void print_pipeline(const gguf::File& file, const ModelReport& report, const SizingOptions& opts, int n) {
+  const std::vector<HostFacts> hosts = plan_hosts(file, opts, n);
   const int n_layer = report.first_mtp_layer >= 0 ? report.first_mtp_layer : static_cast<int>(report.model.n_layer.value_or(0));
   PlanRequest req;
   req.n_ctx = report.kv.ctx;
@@ -283,19 +287,7 @@ void print_pipeline(const gguf::File& file, const ModelReport& report, const Siz
 // its own budget.
 void print_expert_split(const gguf::File& file, const std::string& path, const ModelReport& report,
                         const SizingOptions& opts, int n) {
-  std::vector<HostFacts> hosts;
-  if (pipeline_size() > 1) {
-    ModelFlags f;
-    f.model = path;
-    hosts = pipeline_hosts(f, n);
-  } else {
-    HostFacts h;
-    char name[256] = {};
-    gethostname(name, sizeof name - 1);
-    h.host = name;
-    h.budget = opts.ram ? memory_budget(MemInfo{}, *opts.ram, "--ram") : memory_budget(read_meminfo(), 0, "");
-    hosts.assign(n, h);
-  }
+  const std::vector<HostFacts> hosts = plan_hosts(file, opts, n);
   std::string how;
   const ExpertPlacement placement = plan_expert_split(file, path, n, &how);
   if (pipeline_rank() != 0) return;

@@ -8,11 +8,9 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
-#include <thread>
 
 #include "../unit/test_util.h"
 #include "mpi_util.h"
@@ -23,6 +21,7 @@ namespace {
 
 const fs::path kRef = fs::path(SLUICE_TESTDATA) / "reference";
 
+using sluice::test::Ended;
 using sluice::test::mpirun;
 using sluice::test::read_file;
 using sluice::test::sh;
@@ -113,41 +112,18 @@ INSTANTIATE_TEST_SUITE_P(Reference, ExpertsMpi,
                            return n;
                          });
 
-// Runs a long generation on 2 ranks (16,000 tokens: longer than the 3 s before the signal on any
-// machine; the trained model decodes ~400 t/s here), lets it decode, sends `sig` to rank 1 and
-// returns the job's exit status, its output and the seconds from the signal to the job's end.
-struct Ended {
-  ShellResult r;
-  double seconds;
-};
+// A long generation on 2 ranks (16,000 tokens: longer than the 3 s before the signal on any
+// machine; the trained model decodes ~400 t/s here) with `sig` sent to rank 1 while it decodes.
 Ended signal_rank(int sig) {
   const fs::path dir = fs::temp_directory_path() /
                        ("sluice-ep-sig" + std::to_string(sig) + "-" + std::to_string(getpid()));
-  const fs::path pids = dir / "pids";
-  fs::create_directories(pids);
   const std::string model = std::string(SLUICE_SOURCE_DIR) + "/models/sluice-moe-128.gguf";
-  const std::string cmd =
-      "timeout 60 " +
-      mpirun(2,
-             "run -t 1 -c 16384 -n 16000 --ignore-eos -p hello --temp 0 --stage-timeout 3 "
-             "--split-mode experts -m " + model,
-             "echo $$ > " + pids.string() + "/$OMPI_COMM_WORLD_RANK;");
-  std::chrono::steady_clock::time_point signalled{};
-  std::thread killer([&] {
-    const fs::path pid_file = pids / "1";
-    for (int i = 0; i < 300 && !fs::exists(pid_file); ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    std::this_thread::sleep_for(std::chrono::seconds(3));  // loaded and decoding
-    signalled = std::chrono::steady_clock::now();
-    const std::string pid = read_file(pid_file);
-    if (!pid.empty()) ::kill(std::stoi(pid), sig);
-  });
-  ShellResult r = sh(cmd);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - signalled).count();
-  killer.join();
+  Ended e = sluice::test::signal_rank_1(
+      "run -t 1 -c 16384 -n 16000 --ignore-eos -p hello --temp 0 --stage-timeout 3 "
+      "--split-mode experts -m " + model,
+      dir / "pids", sig);
   fs::remove_all(dir);
-  return {r, seconds};
+  return e;
 }
 
 TEST(ExpertsMpiFailure, StoppedRankFailsTheJobNamingIt) {

@@ -2,7 +2,14 @@
 // outnumbering cores.
 #pragma once
 
+#include <signal.h>
+
+#include <chrono>
+#include <filesystem>
 #include <string>
+#include <thread>
+
+#include "../unit/test_util.h"
 
 namespace sluice::test {
 
@@ -13,6 +20,35 @@ inline std::string mpirun(int n, const std::string& args, const std::string& wra
   const std::string env = "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ";
   if (wrap.empty()) return env + run + SLUICE_BIN + " " + args;
   return env + run + "sh -c '" + wrap + " exec " + SLUICE_BIN + " " + args + "'";
+}
+
+// How a job ended after a signal: its status and output, and the seconds from the signal to its end.
+struct Ended {
+  ShellResult r;
+  double seconds;
+};
+
+// Runs `args` on 2 ranks (under `timeout 60`), each writing its pid to pids/<rank>; once rank 1 has
+// started, waits 3 s (loaded and decoding), sends it `sig` and waits for the job to end.
+inline Ended signal_rank_1(const std::string& args, const std::filesystem::path& pids, int sig) {
+  namespace fs = std::filesystem;
+  fs::create_directories(pids);
+  const std::string cmd =
+      "timeout 60 " + mpirun(2, args, "echo $$ > " + pids.string() + "/$OMPI_COMM_WORLD_RANK;");
+  std::chrono::steady_clock::time_point signalled{};
+  std::thread killer([&] {
+    const fs::path pid_file = pids / "1";
+    for (int i = 0; i < 300 && !fs::exists(pid_file); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    signalled = std::chrono::steady_clock::now();
+    const std::string pid = read_file(pid_file);
+    if (!pid.empty()) ::kill(std::stoi(pid), sig);
+  });
+  ShellResult r = sh(cmd);
+  const auto ended = std::chrono::steady_clock::now();
+  killer.join();
+  return {r, std::chrono::duration<double>(ended - signalled).count()};
 }
 
 }  // namespace sluice::test

@@ -15,12 +15,10 @@
 #include <unistd.h>
 
 #include <array>
-#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
-#include <thread>
 
 #include "../unit/test_util.h"
 #include "mpi_util.h"
@@ -35,6 +33,7 @@ using sluice::test::read_file;
 using sluice::test::sh;
 using sluice::test::ShellResult;
 
+using sluice::test::Ended;
 using sluice::test::mpirun;
 
 class PipelineMpi : public ::testing::TestWithParam<const char*> {};
@@ -170,36 +169,11 @@ class PipelineMpiModel : public ::testing::Test {
     if (model_.empty()) GTEST_FAIL() << "gen-model failed";
   }
 
-  // Runs a long generation in 2 stages, lets it decode, sends `sig` to stage 1 and returns the
-  // job's exit status, its output and the seconds from the signal to the job's end (a job still
-  // running after 60 s is killed by `timeout`).
-  struct Ended {
-    ShellResult r;
-    double seconds;
-  };
+  // A long generation in 2 stages with `sig` sent to stage 1 while it decodes.
   Ended signal_stage(int sig) {
-    const fs::path pids = dir_ / ("pids-" + std::to_string(sig));
-    fs::create_directories(pids);
-    const std::string cmd =
-        "timeout 60 " +
-        mpirun(2,
-               "run -t 1 -c 4096 -n 4000 --ignore-eos -p hello --temp 0 --stage-timeout 3 -m " +
-                   model_,
-               "echo $$ > " + pids.string() + "/$OMPI_COMM_WORLD_RANK;");
-    std::chrono::steady_clock::time_point signalled{};
-    std::thread killer([&] {
-      const fs::path pid_file = pids / "1";
-      for (int i = 0; i < 300 && !fs::exists(pid_file); ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      std::this_thread::sleep_for(std::chrono::seconds(3));  // loaded and decoding
-      signalled = std::chrono::steady_clock::now();
-      const std::string pid = read_file(pid_file);
-      if (!pid.empty()) ::kill(std::stoi(pid), sig);
-    });
-    ShellResult r = sh(cmd);
-    const auto ended = std::chrono::steady_clock::now();
-    killer.join();
-    return {r, std::chrono::duration<double>(ended - signalled).count()};
+    return sluice::test::signal_rank_1(
+        "run -t 1 -c 4096 -n 4000 --ignore-eos -p hello --temp 0 --stage-timeout 3 -m " + model_,
+        dir_ / ("pids-" + std::to_string(sig)), sig);
   }
 
   static inline fs::path dir_;
