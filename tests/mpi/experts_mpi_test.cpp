@@ -127,20 +127,11 @@ Ended signal_rank(int sig) {
 }
 
 TEST(ExpertsMpiFailure, StoppedRankFailsTheJobNamingIt) {
-  const Ended e = signal_rank(SIGSTOP);
-  EXPECT_NE(e.r.status, 0) << e.r.out;
-  EXPECT_NE(e.r.status, 124) << "the job hung: " << e.r.out;
-  EXPECT_LT(e.seconds, 10.0) << e.r.out;
-  EXPECT_NE(e.r.out.find("rank 1 on"), std::string::npos) << e.r.out;
-  EXPECT_NE(e.r.out.find("stopped responding"), std::string::npos) << e.r.out;
+  sluice::test::expect_failed_naming(signal_rank(SIGSTOP), {"rank 1 on", "stopped responding"});
 }
 
 TEST(ExpertsMpiFailure, KilledRankEndsTheJobNamingIt) {
-  const Ended e = signal_rank(SIGKILL);
-  EXPECT_NE(e.r.status, 0) << e.r.out;
-  EXPECT_NE(e.r.status, 124) << "the job hung: " << e.r.out;
-  EXPECT_LT(e.seconds, 10.0) << e.r.out;
-  EXPECT_NE(e.r.out.find("rank 1"), std::string::npos) << e.r.out;
+  sluice::test::expect_failed_naming(signal_rank(SIGKILL), {"rank 1"});
 }
 
 }  // namespace

@@ -9,6 +9,8 @@
 #include <string>
 #include <thread>
 
+#include <gtest/gtest.h>
+
 #include "../unit/test_util.h"
 
 namespace sluice::test {
@@ -49,6 +51,15 @@ inline Ended signal_rank_1(const std::string& args, const std::filesystem::path&
   const auto ended = std::chrono::steady_clock::now();
   killer.join();
   return {r, std::chrono::duration<double>(ended - signalled).count()};
+}
+
+// The job failed on its own, within 10 s of the signal (not ended by `timeout`), and its output
+// names every one of `names`.
+inline void expect_failed_naming(const Ended& e, std::initializer_list<const char*> names) {
+  EXPECT_NE(e.r.status, 0) << e.r.out;
+  EXPECT_NE(e.r.status, 124) << "the job hung: " << e.r.out;
+  EXPECT_LT(e.seconds, 10.0) << e.r.out;
+  for (const char* n : names) EXPECT_NE(e.r.out.find(n), std::string::npos) << n << " in " << e.r.out;
 }
 
 }  // namespace sluice::test
