@@ -66,33 +66,15 @@ TEST_P(ExpertsMpi, TwoAndThreeRanksGiveOneProcessLogits) {
 // Each rank streams its own experts through a 1 MB cache under a cgroup limit of its own (the
 // file dropped from the page cache first, so each rank's reads are charged to its own group).
 TEST_P(ExpertsMpi, StreamingRanksUnderTheirOwnCgroupLimitsGiveOneProcessLogits) {
-  const fs::path cg_root = "/sys/fs/cgroup/memory";
-  if (!fs::exists(cg_root / "memory.limit_in_bytes"))
-    GTEST_SKIP() << "no cgroup v1 memory controller";
-  constexpr uint64_t kLimit = 64ull << 20;
-  const std::string tag = "sluice-ep-" + std::to_string(getpid());
   for (int n : {2, 3}) {
-    std::error_code ec;
-    for (int r = 0; r < n; ++r) {
-      const fs::path cg = cg_root / (tag + "-" + std::to_string(r));
-      if (!fs::create_directory(cg, ec)) GTEST_SKIP() << "cannot create cgroup " << cg;
-      std::ofstream(cg / "memory.limit_in_bytes") << kLimit;
-    }
-    const int fd = ::open(model_.c_str(), O_RDONLY);
-    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-    ::close(fd);
     const fs::path out = dir_ / ("stream-np" + std::to_string(n) + ".json");
-    ShellResult r = sh(mpirun(
+    const std::optional<ShellResult> run = sluice::test::mpirun_in_cgroups(
         n,
         args_ + out.string() +
             " --split-mode experts --experts stream --ssd-streaming-cache-experts 1MB",
-        "echo $$ > " + (cg_root / tag).string() + "-$OMPI_COMM_WORLD_RANK/cgroup.procs;"));
-    for (int rank = 0; rank < n; ++rank) {
-      const fs::path cg = cg_root / (tag + "-" + std::to_string(rank));
-      EXPECT_LE(std::stoull(read_file(cg / "memory.max_usage_in_bytes")), kLimit)
-          << "rank " << rank;
-      fs::remove(cg, ec);
-    }
+        model_, 64ull << 20, "rank");
+    if (!run) GTEST_SKIP() << "no cgroup v1 memory controller to limit each rank";
+    const ShellResult& r = *run;
     ASSERT_EQ(r.status, 0) << r.out;
     for (int rank = 0; rank < n; ++rank)
       EXPECT_NE(r.out.find("rank " + std::to_string(rank) + " on "), std::string::npos) << r.out;

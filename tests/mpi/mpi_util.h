@@ -2,10 +2,14 @@
 // outnumbering cores.
 #pragma once
 
+#include <fcntl.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -22,6 +26,39 @@ inline std::string mpirun(int n, const std::string& args, const std::string& wra
   const std::string env = "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ";
   if (wrap.empty()) return env + run + SLUICE_BIN + " " + args;
   return env + run + "sh -c '" + wrap + " exec " + SLUICE_BIN + " " + args + "'";
+}
+
+// Runs `args` on n ranks, each in a cgroup v1 memory group of its own limited to `limit` bytes,
+// after dropping `model` from the page cache (so each rank's reads are charged to its own group);
+// expects every group's peak within the limit (`what` names a rank in messages: "rank", "stage")
+// and removes the groups. nullopt: no cgroup v1 memory controller, or no group could be made.
+inline std::optional<ShellResult> mpirun_in_cgroups(int n, const std::string& args,
+                                                    const std::string& model, uint64_t limit,
+                                                    const char* what) {
+  namespace fs = std::filesystem;
+  const fs::path root = "/sys/fs/cgroup/memory";
+  if (!fs::exists(root / "memory.limit_in_bytes")) return std::nullopt;
+  const std::string tag = "sluice-mpicg-" + std::to_string(getpid());
+  auto group = [&](int r) { return root / (tag + "-" + std::to_string(r)); };
+  std::error_code ec;
+  for (int r = 0; r < n; ++r) {
+    if (!fs::create_directory(group(r), ec)) {
+      for (int q = 0; q < r; ++q) fs::remove(group(q), ec);
+      return std::nullopt;
+    }
+    std::ofstream(group(r) / "memory.limit_in_bytes") << limit;
+  }
+  const int fd = ::open(model.c_str(), O_RDONLY);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+  ShellResult result = sh(mpirun(
+      n, args, "echo $$ > " + (root / tag).string() + "-$OMPI_COMM_WORLD_RANK/cgroup.procs;"));
+  for (int r = 0; r < n; ++r) {
+    EXPECT_LE(std::stoull(read_file(group(r) / "memory.max_usage_in_bytes")), limit)
+        << what << " " << r;
+    fs::remove(group(r), ec);
+  }
+  return result;
 }
 
 // How a job ended after a signal: its status and output, and the seconds from the signal to its end.
