@@ -17,9 +17,14 @@ int64_t ExpertPlacement::owned(int rank) const {
   return n;
 }
 
-double ExpertPlacement::owned_fraction(int rank) const {
+int64_t ExpertPlacement::total() const {
   int64_t all = 0;
   for (const auto& layer : owner) all += static_cast<int64_t>(layer.size());
+  return all;
+}
+
+double ExpertPlacement::owned_fraction(int rank) const {
+  const int64_t all = total();
   return all ? static_cast<double>(owned(rank)) / static_cast<double>(all) : 1.0;
 }
 

@@ -20,6 +20,7 @@ struct ExpertPlacement {
   int owner_of(int il, int e) const { return owner[il][e]; }
   // Experts of `rank` over all layers, and the share of all routed experts that is.
   int64_t owned(int rank) const;
+  int64_t total() const;  // routed experts over all layers
   double owned_fraction(int rank) const;
   // One line per rank: experts owned and the expected share of routed work (heat), for messages.
   std::string summary(std::span<const double> heat) const;

@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <optional>
 #include <cstdlib>
 #include <thread>
@@ -60,10 +59,7 @@ class MpiStageLink final : public StageLink, public ExpertShard {
   std::string describe(int s) const override {
     if (placement_)
       return fmt::format("rank {} on {} (experts split, {} of {} routed experts)", s, hosts_[s],
-                         placement_->owned(s), placement_->owned(s) > 0
-                             ? static_cast<int64_t>(std::llround(placement_->owned(s) /
-                                                                 placement_->owned_fraction(s)))
-                             : 0);
+                         placement_->owned(s), placement_->total());
     return fmt::format("stage {} (rank {} on {}, layers {}:{})", s, s, hosts_[s], spans_[s].begin,
                        spans_[s].end);
   }
@@ -88,8 +84,10 @@ class MpiStageLink final : public StageLink, public ExpertShard {
       if (r == rank_) send_.insert(send_.end(), slot_out + i * n_embd, slot_out + (i + 1) * n_embd);
     }
     std::vector<MPI_Request> reqs;
+    std::vector<int> peers;  // parallel to reqs
     for (int r = 0; r < n; ++r) {
       if (r == rank_) continue;
+      peers.push_back(r);
       reqs.emplace_back();
       MPI_Isend(send_.data(), static_cast<int>(send_.size()), MPI_FLOAT, r, kTagSlots,
                 MPI_COMM_WORLD, &reqs.back());
@@ -118,10 +116,7 @@ class MpiStageLink final : public StageLink, public ExpertShard {
           from += n_embd;
         }
     }
-    for (size_t k = 0, r = 0; k < reqs.size(); ++k, ++r) {
-      if (static_cast<int>(r) == rank_) ++r;
-      wait_sent(&reqs[k], static_cast<int>(r), "its experts' outputs");
-    }
+    for (size_t k = 0; k < reqs.size(); ++k) wait_sent(&reqs[k], peers[k], "its experts' outputs");
   }
 
   Traffic traffic() const override { return traffic_; }
