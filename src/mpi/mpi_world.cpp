@@ -24,8 +24,8 @@ constexpr int kTagToken = 2;
 constexpr int kTagOrders = 3;
 constexpr int kTagSlots = 4;
 
-// Between polls: the first few only yield the core (an expert-parallel layer's exchange usually
-// completes within tens of microseconds, and it happens every layer), then a sleep short enough
+// Between polls: the first few only yield the core (an expert-parallel exchange happens every
+// layer, so a fixed sleep on each would add up over a token), then a sleep short enough
 // to add little latency per step and long enough to leave the core to a rank computing on it.
 constexpr auto kPoll = std::chrono::microseconds(50);
 constexpr int kYieldPolls = 64;

@@ -123,12 +123,12 @@ bool Scheduler::Impl::lead() {
 }
 
 void Scheduler::Impl::run_embeds() {
-  std::deque<std::shared_ptr<EmbedTask>> todo;
+  std::deque<std::shared_ptr<EmbedTask>> asked;
   {
     std::lock_guard<std::mutex> lock(mutex);
-    todo.swap(embeds);
+    asked.swap(embeds);
   }
-  for (auto& t : todo) {
+  for (auto& t : asked) {
     try {
       t->result.set_value(embed_tokens(engine, t->tokens, t->pooling));
     } catch (...) {
