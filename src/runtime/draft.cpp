@@ -2,6 +2,8 @@
 #include "runtime/draft.h"
 
 #include <algorithm>
+#include <cmath>
+#include <vector>
 
 #include "core/error.h"
 
@@ -45,74 +47,126 @@ NgramDraft ngram_draft(std::span<const int32_t> ctx, int n_max) {
 }
 
 DraftPolicy::DraftPolicy(const DraftOptions& o)
-    : min_(std::max(1, o.min)), max_(o.max), adaptive_(o.adaptive), probe_k_(min_) {}
+    : options_(o), min_(std::max(1, o.min)), max_(o.max), adaptive_(o.adaptive) {
+  for (Drafter& d : drafters_) d.probe_k = min_;
+}
+
+DraftPolicy& DraftPolicy::kept(std::optional<DraftPolicy>& kept, const DraftOptions& o) {
+  const DraftOptions& k = kept ? kept->options_ : o;
+  if (!kept || k.mode != o.mode || k.min != o.min || k.max != o.max || k.adaptive != o.adaptive) kept.emplace(o);
+  return *kept;
+}
 
 double DraftPolicy::acceptance(int match) const {
   const Acceptance& a = by_match_[std::clamp(match, 0, kNgramMax)];
   return a.accepted / (a.accepted + a.stops);
 }
 
-bool DraftPolicy::step_known() const {
-  return std::any_of(n_step_.begin(), n_step_.end(), [](int n) { return n > 0; });
+bool DraftPolicy::Drafter::step_known() const {
+  return std::any_of(n_step.begin(), n_step.end(), [](int n) { return n > 0; });
 }
 
-double DraftPolicy::cost(int k) const {
+double DraftPolicy::cost(int match, int k) const {
+  const Drafter& d = drafter(match);
   k = std::clamp(k, 0, kMaxDraft);
-  if (k == 0 || t0_ <= 0 || !step_known()) return 1.0;
+  if (k == 0 || t0_ <= 0 || !d.step_known()) return 1.0;
   // At least a one-row pass: a step faster than the average one-row pass is noise.
-  if (n_step_[k] > 0) return std::max(1.0, step_[k] / t0_);
+  if (d.n_step[k] > 0) return std::max(1.0, d.step[k] / t0_);
   // The nearest measured k (the lower one on a tie), its drafted rows' cost scaled to k rows.
   int near = 0;
-  for (int d = 1; near == 0; ++d) {
-    if (k - d >= 1 && n_step_[k - d] > 0)
-      near = k - d;
-    else if (k + d <= kMaxDraft && n_step_[k + d] > 0)
-      near = k + d;
+  for (int j = 1; near == 0; ++j) {
+    if (k - j >= 1 && d.n_step[k - j] > 0)
+      near = k - j;
+    else if (k + j <= kMaxDraft && d.n_step[k + j] > 0)
+      near = k + j;
   }
-  return 1.0 + std::max(0.0, step_[near] / t0_ - 1.0) * k / near;
+  return 1.0 + std::max(0.0, d.step[near] / t0_ - 1.0) * k / near;
 }
 
-int DraftPolicy::choose(int match, int available) {
-  const int k_max = std::min(available, max_);
-  if (match <= 0 || k_max < min_) return 0;
-  if (!adaptive_) return k_max;
-  if (n_t0_ < kWarmupPasses) return 0;
-  last_match_ = match;
-  probing_ = false;
-  // Until a step with drafts has been timed, draft the fewest: it measures what drafting costs,
-  // at the least risk.
-  if (!step_known()) return min_;
+std::pair<int, double> DraftPolicy::best(int match, int k_max) const {
   const double a = acceptance(match);
-  int best_k = 0;
-  double best = kMinGain;
+  std::pair<int, double> best{0, 0.0};
   double expected = 1, a_k = 1;  // E(k) and a^k
   for (int k = 1; k <= k_max; ++k) {
     a_k *= a;
     expected += a_k;
-    const double gain = expected / cost(k);
-    if (k >= min_ && gain > best) best = gain, best_k = k;
+    const double gain = expected / cost(match, k);
+    if (k >= min_ && gain > kMinGain && gain > best.second) best = {k, gain};
   }
-  if (best_k > 0) {
-    declined_ = 0;
-    probe_every_ = 1;
-    return best_k;
+  return best;
+}
+
+int DraftPolicy::choose(int match, int available) {
+  const DraftOffer offer{match, available};
+  return choose(std::span<const DraftOffer>(&offer, 1)).k;
+}
+
+DraftChoice DraftPolicy::choose(std::span<const DraftOffer> offers) {
+  std::vector<DraftOffer> open;  // offers with at least `min` candidates, capped at max
+  for (const DraftOffer& o : offers)
+    if (o.match > 0 && std::min(o.available, max_) >= min_) open.push_back({o.match, std::min(o.available, max_)});
+  if (open.empty()) return {};
+  if (!adaptive_) {
+    // Every candidate, from the MTP block when it is offered (the file's own drafter).
+    const auto mtp = std::find_if(open.begin(), open.end(), [](const DraftOffer& o) { return o.match == kMtpMatch; });
+    const DraftOffer& o = mtp != open.end() ? *mtp : open.front();
+    return {o.match, o.available};
   }
-  if (++declined_ < probe_every_) return 0;
-  declined_ = 0;
-  probing_ = true;
-  return std::min(probe_k_, k_max);
+  if (n_t0_ < kWarmupPasses) return {};
+  probing_ = measuring_ = false;
+  // The best paying offer of the drafters already measured.
+  DraftChoice choice;
+  double best_gain = 0;
+  for (const DraftOffer& o : open) {
+    if (!drafter(o.match).step_known()) continue;
+    const auto [k, gain] = best(o.match, o.available);
+    if (k > 0 && gain > best_gain) best_gain = gain, choice = {o.match, k};
+  }
+  if (choice.k > 0) {
+    Drafter& d = drafter(choice.match);
+    d.declined = 0;
+    d.probe_every = 1;
+    last_match_ = choice.match;
+    return choice;
+  }
+  // Else a drafter whose drafting steps have not been timed drafts the fewest: it measures what
+  // its drafts cost, at the least risk (and only now: while lookup pays on repeated text, the
+  // MTP block's first step, which catches up on the whole prompt, is not spent).
+  if (probe_loss_ > elapsed_ / kProbeShare) return {};
+  for (const DraftOffer& o : open)
+    if (!drafter(o.match).step_known()) {
+      probing_ = measuring_ = true;  // a probe too, should its drafts not stand
+      last_match_ = o.match;
+      return {o.match, min_};
+    }
+  // Nothing pays: each declined drafter is probed when its pause is over.
+  for (const DraftOffer& o : open) {
+    Drafter& d = drafter(o.match);
+    if (++d.declined < d.probe_every) continue;
+    d.declined = 0;
+    probing_ = true;
+    last_match_ = o.match;
+    return {o.match, std::min(d.probe_k, o.available)};
+  }
+  return {};
 }
 
 void DraftPolicy::record(int drafted, int accepted, double seconds) {
+  // A moving average whose new sample counts at most as kOutlier times the mean would.
+  auto average = [](double mean, double sample) {
+    return mean + kTimeWeight * (std::min(sample, kOutlier * mean) - mean);
+  };
+  Drafter& d = drafter(last_match_);
   if (seconds >= 0) {
+    elapsed_ += seconds;
     if (drafted == 0) {
-      t0_ = n_t0_ == 0 ? seconds : t0_ + kTimeWeight * (seconds - t0_);
+      t0_ = n_t0_ == 0 ? seconds : average(t0_, seconds);
       ++n_t0_;
     } else if (n_t0_ > 0 && drafted <= kMaxDraft) {
       // The first sample at k may be cold; the second replaces it, later ones average in.
-      double& step = step_[drafted];
-      step = n_step_[drafted] <= 1 ? seconds : step + kTimeWeight * (seconds - step);
-      ++n_step_[drafted];
+      double& step = d.step[drafted];
+      step = d.n_step[drafted] <= 1 ? seconds : average(step, seconds);
+      ++d.n_step[drafted];
     }
   }
   if (drafted <= 0) return;
@@ -120,15 +174,22 @@ void DraftPolicy::record(int drafted, int accepted, double seconds) {
   a.accepted = a.accepted * kCountDecay + accepted;
   a.stops = a.stops * kCountDecay + (accepted < drafted ? 1 : 0);
   // A probe that stood raised the estimate and doubles the next probe's drafts. When drafts that
-  // all stand would pay at the estimated cost, the next candidate is probed again, so text that
-  // turned predictable (a greedy loop, a quoted passage) wins drafting back within a few tokens.
-  // A rejected probe, or one whose drafts cannot pay even when they stand (a drafter costing as
-  // much as the pass it saves), backs off. Drafting resumes once the estimate says it pays.
-  if (probing_) {
-    const bool stood = accepted == drafted;
-    probe_k_ = stood ? std::min(max_, 2 * probe_k_) : min_;
-    const bool could_pay = (max_ + 1) / cost(max_) > kMinGain;
-    probe_every_ = stood && could_pay ? 1 : std::min(kMaxPause, probe_every_ * 2);
+  // all stand would pay at the estimated cost, it also halves the pause, so text that turned
+  // predictable (a greedy loop, a quoted passage) wins drafting back within a few probes. A
+  // rejected probe, or one whose drafts cannot pay even when they stand (a drafter costing as
+  // much as the pass it saves), doubles the pause. Drafting resumes once the estimate says it
+  // pays. Whatever the pauses, choose() probes only while the probes' losses stay within
+  // 1/kProbeShare of the time: on free text, where short drafts often stand but drafting does
+  // not pay, and for an MTP block whose streamed experts make a probe cost several passes.
+  const bool stood = accepted == drafted;
+  // A probe's loss: its time beyond what plain passes would have taken for the tokens it gave.
+  // Not a drafter's first step, which may run cold (an MTP block's catches up on the whole
+  // prompt, seconds on a long one): counted, it would bar the block for forty times that.
+  if (probing_ && !measuring_ && seconds >= 0) probe_loss_ += std::max(0.0, seconds - (accepted + 1) * t0_);
+  if (probing_ && !(measuring_ && stood)) {
+    d.probe_k = stood ? std::min(max_, 2 * d.probe_k) : min_;
+    const bool could_pay = (max_ + 1) / cost(last_match_, max_) > kMinGain;
+    d.probe_every = stood && could_pay ? std::max(1, d.probe_every / 2) : std::min(kMaxPause, d.probe_every * 2);
   }
 }
 

@@ -2,6 +2,7 @@
 #include "runtime/request.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "core/error.h"
@@ -45,13 +46,18 @@ int reusable_prefix(std::span<const int32_t> cached, std::span<const int32_t> pr
 }
 
 Generation::Generation(const Tokenizer& tokenizer, const GenerateOptions& options, std::span<const int32_t> prompt,
-                       int n_reused, std::shared_ptr<const grammar::TokenGrammar> grammar)
+                       int n_reused, std::shared_ptr<const grammar::TokenGrammar> grammar,
+                       DraftPolicy* policy)
     : tokenizer_(tokenizer),
       options_(options),
       sampler_(sampling_params(options.sampling)),
       decoder_(tokenizer),
       stops_(options.stop),
-      draft_policy_(options.draft) {
+      draft_policy_(policy) {
+  if (!draft_policy_) {
+    own_policy_ = std::make_unique<DraftPolicy>(options.draft);
+    draft_policy_ = own_policy_.get();
+  }
   // Whether MTP drafts can run is the caller's check (Session::generate, the Scheduler).
   check_draft_options(options.draft);
   drafting_ = options.draft.mode != DraftMode::kNone && options.draft.max > 0;
@@ -149,17 +155,25 @@ std::vector<int32_t> Generation::propose(std::span<const int32_t> ctx, int n_ctx
   const int room = n_ctx - static_cast<int>(ctx.size());
   const int k_max = std::min({options_.draft.max, remaining, room});
   const DraftMode mode = options_.draft.mode;
+  // The offers: prompt lookup (not under kMtp) and the MTP block (kMtp, or kAuto when the model
+  // has one). The policy picks the drafter and length before the MTP block runs: each MTP draft
+  // costs a pass of the block.
+  NgramDraft lookup;
+  std::array<DraftOffer, 2> offers;
+  size_t n_offers = 0;
+  if (mode != DraftMode::kMtp) {
+    lookup = ngram_draft(ctx, k_max);
+    offers[n_offers++] = {lookup.match, static_cast<int>(lookup.tokens.size())};
+  }
+  if (mtp && mode != DraftMode::kNgram) offers[n_offers++] = {kMtpMatch, k_max};
+  const DraftChoice choice = draft_policy_->choose(std::span(offers.data(), n_offers));
+  if (choice.k < std::max(1, options_.draft.min)) return {};
   std::vector<int32_t> drafts;
-  if (mode == DraftMode::kMtp || (mode == DraftMode::kAuto && mtp)) {
-    // The policy decides the length before the MTP block runs: each draft costs an MTP pass.
-    const int k = draft_policy_.choose(kMtpMatch, k_max);
-    if (!mtp || k < std::max(1, options_.draft.min)) return {};
-    drafts = mtp(k);
+  if (choice.match == kMtpMatch) {
+    drafts = mtp(choice.k);
   } else {
-    NgramDraft d = ngram_draft(ctx, k_max);
-    const int k = draft_policy_.choose(d.match, static_cast<int>(d.tokens.size()));
-    d.tokens.resize(k < std::max(1, options_.draft.min) ? 0 : k);
-    drafts = std::move(d.tokens);
+    drafts = std::move(lookup.tokens);
+    drafts.resize(choice.k);
   }
   // A draft the grammar refuses could never be sampled: the draft ends before it.
   if (grammar_) drafts.resize(grammar_->valid_prefix(drafts, options_.stop_at_eog));
@@ -185,7 +199,7 @@ Generation::Step Generation::take(std::span<const float> logits, std::span<const
   }
   result_.n_drafted += static_cast<int>(drafts.size());
   result_.n_accepted += st.n_accepted;
-  draft_policy_.record(static_cast<int>(drafts.size()), st.n_accepted, timing_ ? pass_timer_.seconds() : -1.0);
+  draft_policy_->record(static_cast<int>(drafts.size()), st.n_accepted, timing_ ? pass_timer_.seconds() : -1.0);
   timing_ = false;
   return st;
 }

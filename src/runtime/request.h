@@ -53,8 +53,11 @@ class Generation {
   // every token: disallowed ones are masked before sampling (so top-k/p, greedy and logprobs see
   // the masked distribution), drafts stop at the first it refuses, and the generation ends with
   // kGrammar once the grammar is complete and nothing can follow.
+  // `policy` (null: one of its own) is the DraftPolicy the caller keeps across its requests
+  // (DraftPolicy::kept); it must outlive the generation.
   Generation(const Tokenizer& tokenizer, const GenerateOptions& options, std::span<const int32_t> prompt,
-             int n_reused, std::shared_ptr<const grammar::TokenGrammar> grammar = nullptr);
+             int n_reused, std::shared_ptr<const grammar::TokenGrammar> grammar = nullptr,
+             DraftPolicy* policy = nullptr);
 
   // Before sampling: true (and finished with kLength) once max_tokens are generated or the
   // context is full (`n_used` of `n_ctx` positions, the token to sample included).
@@ -87,8 +90,9 @@ class Generation {
   // Draft tokens for the next forward pass (none when drafting is off, no candidate of at least
   // DraftOptions::min tokens exists, or DraftPolicy finds they would not pay), limited to the
   // context and max_tokens. Times the step from here to the end of take() for the policy.
-  // `mtp` (empty: none) drafts up to k tokens from the model's MTP block; it is used for
-  // DraftMode::kMtp and kAuto, n-gram lookup otherwise (kMtp without it drafts nothing).
+  // `mtp` (empty: none) drafts up to k tokens from the model's MTP block. kMtp drafts only from it
+  // (nothing without it), kNgram only by lookup, and kAuto offers both to DraftPolicy, which
+  // takes whichever pays more at each step.
   using MtpSource = std::function<std::vector<int32_t>(int k)>;
   std::vector<int32_t> propose(std::span<const int32_t> ctx, int n_ctx, const MtpSource& mtp = {});
   struct Step {
@@ -126,7 +130,8 @@ class Generation {
   bool finished_ = false;
   size_t logprobs_taken_ = 0;
   bool drafting_ = false;
-  DraftPolicy draft_policy_;
+  std::unique_ptr<DraftPolicy> own_policy_;  // when the caller keeps none (on the heap: moves keep it)
+  DraftPolicy* draft_policy_;
   Timer pass_timer_;     // from propose() to the end of take(): one decode step
   bool timing_ = false;  // propose() started pass_timer_ for the step take() now ends
   std::optional<grammar::GrammarMatcher> grammar_;

@@ -54,6 +54,8 @@ struct Slot {
   std::vector<int32_t> drafts;  // verified with the pending token in the current step
   // With the model's MTP block loaded: this sequence's MTP cache and the main pass's hidden rows.
   std::unique_ptr<MtpDrafter> mtp;
+  // What drafting cost and earned over this slot's earlier requests (DraftPolicy::kept).
+  std::optional<DraftPolicy> draft_policy;
   double prefill_seconds = 0;
   bool decoding = false;  // the first token has been sampled
   Timer timer;

@@ -112,7 +112,8 @@ void Scheduler::Impl::start(Slot& s, Pending&& p) {
   // Stage 0 compiled the grammar when the request came; other stages compile it here.
   std::shared_ptr<const grammar::TokenGrammar> grammar = p.grammar;
   if (!grammar && !s.options.grammar.empty()) grammar = engine.grammars->get(s.options.grammar);
-  s.gen.emplace(*engine.tokenizer, s.options, prompt, best, std::move(grammar));
+  s.gen.emplace(*engine.tokenizer, s.options, prompt, best, std::move(grammar),
+                &DraftPolicy::kept(s.draft_policy, s.options.draft));
   s.prefill_seconds = 0;
   s.decoding = false;
   s.timer.reset();

@@ -38,6 +38,7 @@ struct Session::Impl {
   std::vector<float> logits;    // after the last evaluated token
   int reused = 0;               // prompt tokens the last evaluate() took from the cache
   std::unique_ptr<MtpDrafter> mtp;  // with the model's MTP block loaded: its cache and hidden rows
+  std::optional<DraftPolicy> draft_policy;  // what drafting cost and earned over earlier requests
 
   // Every truncation of the context goes through here, so the MTP drafter drops what follows.
   void truncate(int n) {
@@ -195,7 +196,8 @@ GenerateResult Session::generate(std::span<const int32_t> prompt, const Generate
         "is {})",
         draft_mode_name(s.engine->options.draft));
   }
-  Generation gen(*s.engine->tokenizer, go, prompt, s.reused, std::move(grammar));
+  Generation gen(*s.engine->tokenizer, go, prompt, s.reused, std::move(grammar),
+                 &DraftPolicy::kept(s.draft_policy, go.draft));
   t.reset();
   auto emit = [&](const Generation::Sampled& next) { return !on_token || on_token(next.token, next.text); };
   // The logits of one step: the prompt's last token, then each decode pass's pending token and drafts.

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 
@@ -16,6 +17,16 @@
 using namespace sluice;
 
 namespace {
+
+// Candidates the policy declines, each decoded by a one-row pass of `plain` seconds, before it
+// drafts again (the drafts it then takes in *k).
+int declines_before_draft(DraftPolicy& p, int match, int available, int* k, double plain = 0.010) {
+  for (int n = 0; n < 10000; ++n) {
+    if ((*k = p.choose(match, available)) > 0) return n;
+    p.record(0, 0, plain);
+  }
+  return -1;
+}
 
 TEST(NgramDraft, ProposesWhatFollowedTheLatestOccurrenceOfTheSuffix) {
   // Suffix (7, 8) occurs at 1 and 5; the latest (5) was followed by 9, 7, 8, the context's end:
@@ -47,16 +58,23 @@ TEST(DraftPolicy, DraftsOnlyWhenExpectedTokensBeatTheMeasuredCost) {
   EXPECT_EQ(d.choose(4, 6), 1);
   d.record(1, 0, 0.019);
   EXPECT_NEAR(d.cost(1), 1.9, 1e-9);
-  // Nothing stood: a ≈ 0.3 for 4-token matches, and E(k)/cost(k) < 1.05 for every k. Declined
-  // candidates are probed with one draft after 1, then 2, 4 … declines.
-  EXPECT_EQ(d.choose(4, 6), 1);
-  d.record(1, 0, 0.019);
-  EXPECT_EQ(d.choose(4, 6), 0);
-  EXPECT_EQ(d.choose(4, 6), 1);
-  d.record(1, 0, 0.019);
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(d.choose(4, 6), 0);
-  EXPECT_EQ(d.choose(4, 6), 1);
-  d.record(1, 0, 0.019);
+  // Nothing stood: a ≈ 0.3 for 4-token matches, and E(k)/cost(k) < 1.05 for every k. It is
+  // probed now and then, so that the estimate follows the text, but only while what the probes
+  // lost (9 ms each here; not the first step's, which may have run cold) is within
+  // 1/kProbeShare of the time.
+  double total = 0.039, lost = 0;
+  int k = 0;
+  for (int i = 0; i < 20; ++i) {
+    const int n = declines_before_draft(d, 4, 6, &k);
+    ASSERT_GE(n, 1);
+    EXPECT_EQ(k, 1);  // a rejected probe starts the probes' length over
+    total += 0.010 * n;
+    EXPECT_LE(lost, total / DraftPolicy::kProbeShare);
+    d.record(k, 0, 0.019);
+    total += 0.019;
+    lost += 0.009;
+  }
+  EXPECT_GT(lost / total, 0.5 / DraftPolicy::kProbeShare);  // but it does keep probing
   // Cheap verify rows (streamed experts: the rows share the reads) make the same drafts pay.
   DraftPolicy s({DraftMode::kNgram, 6, 1});
   s.record(0, 0, 0.100);
@@ -84,35 +102,38 @@ TEST(DraftPolicy, DraftsOnlyWhenExpectedTokensBeatTheMeasuredCost) {
   EXPECT_THROW(check_draft_options({DraftMode::kNgram, 4, 5}), Error);
 }
 
-// Text that turns predictable (a greedy loop after a rejected stretch) wins drafting back at
-// once: a rejected probe doubles the pause, a probe that stood probes again at the next candidate
-// when drafts that stand would pay; when even they would not, probes back off all the same.
-TEST(DraftPolicy, AProbeThatStoodProbesAgainAtTheNextCandidate) {
+// Text that turns predictable (a greedy loop after a rejected stretch) wins drafting back within a
+// few probes: a rejected probe doubles the pause (at least kProbeShare times what it cost beyond
+// a plain pass), a probe that stood halves it and doubles the next probe's drafts when drafts
+// that stand would pay; when even they would not, probes back off all the same.
+TEST(DraftPolicy, AProbeThatStoodHalvesThePause) {
+  // Two seconds of plain passes first, so that the probes' losses stay within their share of the
+  // time and the pauses alone decide.
   DraftPolicy d({DraftMode::kNgram, 6, 1});
-  d.record(0, 0, 0.010);
-  d.record(0, 0, 0.010);
+  for (int i = 0; i < 200; ++i) d.record(0, 0, 0.010);
   EXPECT_EQ(d.choose(4, 6), 1);
-  d.record(1, 0, 0.015);         // a drafted row costs half a pass, and nothing stood
-  EXPECT_EQ(d.choose(4, 6), 1);  // probe after one decline
-  d.record(1, 0, 0.015);         // rejected: the pause doubles
-  EXPECT_EQ(d.choose(4, 6), 0);
-  EXPECT_EQ(d.choose(4, 6), 1);  // probe after two declines
-  d.record(1, 1, 0.015);         // stood
-  EXPECT_EQ(d.choose(4, 6),
-            2);  // probed again at once with twice the drafts, not after four declines
+  d.record(1, 0, 0.015);  // a drafted row costs half a pass, and nothing stood
+  int k = 0;
+  EXPECT_EQ(declines_before_draft(d, 4, 6, &k), 1);  // the pause doubles
+  EXPECT_EQ(k, 1);
+  d.record(1, 0, 0.015);
+  EXPECT_EQ(declines_before_draft(d, 4, 6, &k), 3);  // and doubles
+  d.record(1, 1, 0.015);                              // stood
+  EXPECT_EQ(declines_before_draft(d, 4, 6, &k), 1);  // half the pause, twice the drafts
+  EXPECT_EQ(k, 2);
   d.record(2, 0, 0.020);
-  EXPECT_EQ(d.choose(4, 6), 0);
-  EXPECT_EQ(d.choose(4, 6), 1);  // a rejected probe starts the probes' length over
+  EXPECT_EQ(declines_before_draft(d, 4, 6, &k), 3);
+  EXPECT_EQ(k, 1);  // a rejected probe starts the probes' length over
   // A drafted row costing a whole pass: 7 tokens for the cost of 7 passes never pays.
   DraftPolicy e({DraftMode::kNgram, 6, 1});
   e.record(0, 0, 0.010);
   e.record(0, 0, 0.010);
   EXPECT_EQ(e.choose(4, 6), 1);
-  e.record(1, 0, 0.020);
-  EXPECT_EQ(e.choose(4, 6), 1);
+  e.record(1, 1, 0.020);  // the first step stood: no pause
+  EXPECT_EQ(declines_before_draft(e, 4, 6, &k), 0);
   e.record(1, 1, 0.020);  // stood, but could not have paid: the pause doubles
-  EXPECT_EQ(e.choose(4, 6), 0);
-  EXPECT_EQ(e.choose(4, 6), 2);
+  EXPECT_EQ(declines_before_draft(e, 4, 6, &k), 1);
+  EXPECT_EQ(k, 2);
 }
 
 // A step's cost has a fixed part (a verify pass at all; an MTP block's pass per draft is not
@@ -125,19 +146,90 @@ TEST(DraftPolicy, ProbesThatStandGrowAndMeasureLongDrafts) {
   p.record(0, 0, 0.010);
   ASSERT_EQ(p.choose(kMtpMatch, 4), 1);
   p.record(1, 1, 0.050);  // cold
-  EXPECT_NEAR(p.cost(1), 5.0, 1e-9);
-  EXPECT_NEAR(p.cost(4), 17.0, 1e-9);  // scaled from k = 1 as if every row cost 40 ms
+  EXPECT_NEAR(p.cost(kMtpMatch, 1), 5.0, 1e-9);
+  EXPECT_NEAR(p.cost(kMtpMatch, 4), 17.0, 1e-9);  // scaled from k = 1 as if every row cost 40 ms
   std::vector<int> drafted;
   for (int i = 0; i < 60; ++i) {
     const int k = p.choose(kMtpMatch, 4);
     drafted.push_back(k);
     p.record(k, k, k == 0 ? 0.010 : 0.018 + 0.002 * k);
   }
-  EXPECT_NEAR(p.cost(1), 2.0, 1e-9);  // the second sample replaced the cold one
-  EXPECT_NEAR(p.cost(4), 2.6, 1e-9);  // measured, not extrapolated
+  EXPECT_NEAR(p.cost(kMtpMatch, 1), 2.0, 1e-9);  // the second sample replaced the cold one
+  EXPECT_NEAR(p.cost(kMtpMatch, 4), 2.6, 1e-9);  // measured, not extrapolated
   EXPECT_EQ(drafted.back(), 4);
   // Once drafting 4 pays it keeps drafting 4: the last third of the candidates all drafted 4.
   EXPECT_EQ(std::count(drafted.end() - 20, drafted.end(), 4), 20);
+}
+
+// One stalled pass (the OS preempted it) counts as a pass kOutlier times the mean: it does not
+// make every draft look cheap for the rest of the request.
+TEST(DraftPolicy, AStalledPassMovesTheMeanOnlySoFar) {
+  DraftPolicy d({DraftMode::kNgram, 6, 1});
+  d.record(0, 0, 0.010);
+  d.record(0, 0, 0.010);
+  ASSERT_EQ(d.choose(4, 6), 1);
+  d.record(1, 1, 0.016);
+  EXPECT_NEAR(d.cost(1), 1.6, 1e-9);
+  d.record(0, 0, 0.200);  // a 200 ms one-row pass: counted as 20 ms
+  EXPECT_NEAR(d.cost(1), 0.016 / 0.0125, 1e-9);
+  d.record(0, 0, 0.010);
+  d.record(0, 0, 0.010);
+  d.record(0, 0, 0.010);
+  d.record(0, 0, 0.010);
+  EXPECT_NEAR(d.cost(1), 1.6, 0.15);  // back near the true ratio after a few passes
+}
+
+// Under --draft auto each drafter has its own costs: the MTP block's drafts cost a pass of the
+// block and the head each, lookup's nothing. Repeated text (a lookup match that keeps standing)
+// is drafted by lookup, without the MTP block's first step (a catch-up on the whole prompt) ever
+// being spent; text without a match is drafted by the MTP block while its drafts pay; when
+// neither pays nothing is drafted but both are probed now and then.
+TEST(DraftPolicy, AutoTakesTheDrafterThatPaysMore) {
+  DraftPolicy d({DraftMode::kAuto, 8, 1});
+  d.record(0, 0, 0.010);
+  d.record(0, 0, 0.010);
+  const std::array<DraftOffer, 2> both = {DraftOffer{4, 8}, DraftOffer{kMtpMatch, 8}};
+  const std::array<DraftOffer, 2> mtp_only = {DraftOffer{0, 0}, DraftOffer{kMtpMatch, 8}};
+  // Lookup is measured first, with the fewest drafts.
+  DraftChoice c = d.choose(both);
+  EXPECT_EQ(c.match, 4);
+  EXPECT_EQ(c.k, 1);
+  d.record(1, 1, 0.012);  // a lookup draft: 2 ms per verified row
+  EXPECT_NEAR(d.cost(4, 1), 1.2, 1e-9);
+  // It stood and pays: lookup drafts, longer and longer, and the MTP block is left alone.
+  for (int i = 0; i < 8; ++i) {
+    c = d.choose(both);
+    EXPECT_EQ(c.match, 4);
+    d.record(c.k, c.k, 0.010 + 0.002 * c.k);
+  }
+  EXPECT_GE(c.k, 6);
+  EXPECT_NEAR(d.cost(kMtpMatch, 1), 1.0, 1e-9);  // never measured
+  // No lookup match: the MTP block is measured, and drafts while its drafts stand.
+  c = d.choose(mtp_only);
+  EXPECT_EQ(c.match, kMtpMatch);
+  EXPECT_EQ(c.k, 1);
+  d.record(1, 1, 0.050);  // cold: the block caught up on the prompt
+  c = d.choose(mtp_only);
+  EXPECT_EQ(c.match, kMtpMatch);
+  d.record(c.k, c.k, 0.010 + 0.006 * c.k);  // 6 ms per draft: its block pass, then the verified row
+  EXPECT_NEAR(d.cost(kMtpMatch, 1), 1.6, 1e-9);
+  for (int i = 0; i < 4; ++i) {
+    c = d.choose(mtp_only);
+    EXPECT_EQ(c.match, kMtpMatch);
+    EXPECT_GE(c.k, 1);
+    d.record(c.k, c.k, 0.010 + 0.006 * c.k);
+  }
+  // MTP drafts that never stand: it stops drafting them, and probes them only after pauses.
+  int drafted = 0;
+  for (int i = 0; i < 40; ++i) {
+    c = d.choose(mtp_only);
+    drafted += c.k > 0;
+    d.record(c.k, 0, c.k == 0 ? 0.010 : 0.010 + 0.006 * c.k);
+  }
+  EXPECT_LT(drafted, 12);
+  EXPECT_LT(d.acceptance(kMtpMatch), 0.5);  // below the prior
+  // Lookup still pays where it matches.
+  EXPECT_EQ(d.choose(both).match, 4);
 }
 
 // Chi-square statistic of observed counts against probabilities `p` (n draws).
