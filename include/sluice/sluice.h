@@ -94,7 +94,7 @@ struct SamplingOptions {
 // cost of a wider verify pass and the running acceptance say will pay (runtime/draft.h).
 struct DraftOptions {
   DraftMode mode = DraftMode::kAuto;
-  int max = 8;           // most tokens drafted per step
+  int max = 16;          // most tokens drafted per step (llama.cpp's default too)
   int min = 1;           // fewer candidates than this: decode one token
   bool adaptive = true;  // false: draft every candidate up to max (tests that must see drafts)
 };

@@ -4,18 +4,28 @@
 namespace sluice {
 
 namespace {
-constexpr double kMinPrecision = 0.5, kDecay = 0.995, kMinSamples = 8;
+// Decay per call of a layer (about one per token): its statistics remember some hundred tokens,
+// and a refused rank's exploring calls alone (1/kExploreEvery ÷ (1 − kDecay) = 12.5) keep more than
+// kMinSamples, so it stays judged rather than readmitted for want of samples.
+constexpr double kMinPrecision = 0.5, kDecay = 0.99, kMinSamples = 8;
 constexpr uint64_t kExploreEvery = 8;
 }  // namespace
 
-void PrefetchGate::start_call() {
-  explore_ = ++calls_ % kExploreEvery == 0;
-  for (auto& r : ranks_) r.issued *= kDecay, r.used *= kDecay;
+PrefetchGate::PrefetchGate(int n_layer)
+    : stats_(static_cast<size_t>(n_layer) * kRanks), calls_(static_cast<size_t>(n_layer), 0) {}
+
+void PrefetchGate::start_call(int il) {
+  explore_ = ++calls_[static_cast<size_t>(il)] % kExploreEvery == 0;
+  for (size_t r = 0; r < kRanks; ++r) {
+    RankStats& s = at(il, static_cast<int>(r));
+    s.issued *= kDecay;
+    s.used *= kDecay;
+  }
 }
 
-bool PrefetchGate::admits(int rank) const {
+bool PrefetchGate::admits(int il, int rank) const {
   if (explore_) return true;
-  const RankStats& r = ranks_[rank];
+  const RankStats& r = at(il, rank);
   return r.issued < kMinSamples || r.used >= kMinPrecision * r.issued;
 }
 

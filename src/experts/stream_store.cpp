@@ -45,6 +45,7 @@ class StreamStore final : public ExpertStore {
         arena_(map_, o.cache_bytes, n_used, o.lock_memory),
         evictor_(make_evictor(o.policy, map.n_layer, map.n_expert, arena_.n_slots())),
         heat_(o.heat_path, map.n_layer, map.n_expert),
+        gate_(map.n_layer),
         key_hits_(map_.ranges.size()),
         key_misses_(map_.ranges.size()),
         key_prefetches_(map_.ranges.size()) {
@@ -170,7 +171,7 @@ class StreamStore final : public ExpertStore {
   // already cached costs nothing (a certain one reserves its slot).
   void prefetch_keys(int il, std::span<const int32_t> ids, SlotOrigin origin) {
     poll(false);
-    gate_.start_call();
+    gate_.start_call(il);
     for (size_t i = 0; i < ids.size(); ++i) {
       const int32_t key = il * map_.n_expert + ids[i];
       if (const int32_t s = arena_.slot_of(key); s >= 0) {
@@ -178,13 +179,13 @@ class StreamStore final : public ExpertStore {
         continue;
       }
       const int rank = origin == SlotOrigin::kRanked ? PrefetchGate::rank_of(i) : -1;
-      if (rank >= 0 && !gate_.admits(rank)) continue;
+      if (rank >= 0 && !gate_.admits(il, rank)) continue;
       const int32_t s = victim(arena_.class_of(key));
       if (s < 0) continue;
       Slot& sl = load(s, key, origin);
       sl.unused_prefetch = true;
       sl.prefetch_rank = static_cast<int8_t>(rank);
-      if (rank >= 0) gate_.issued(rank);
+      if (rank >= 0) gate_.issued(il, rank);
       ++key_prefetches_[key];
       if (origin == SlotOrigin::kCertain) {
         if (can_reserve(arena_.class_of(key))) reserve(s);
@@ -198,7 +199,7 @@ class StreamStore final : public ExpertStore {
     if (!sl.unused_prefetch) return;
     sl.unused_prefetch = false;
     ++stats_.prefetch_used;
-    if (sl.origin == SlotOrigin::kRanked) gate_.used(sl.prefetch_rank);
+    if (sl.origin == SlotOrigin::kRanked) gate_.used(sl.key / map_.n_expert, sl.prefetch_rank);
     if (sl.origin == SlotOrigin::kCertain) ++stats_.certain_used;
   }
 

@@ -132,9 +132,11 @@ DraftChoice DraftPolicy::choose(std::span<const DraftOffer> offers) {
   // Else a drafter whose drafting steps have not been timed drafts the fewest: it measures what
   // its drafts cost, at the least risk (and only now: while lookup pays on repeated text, the
   // MTP block's first step, which catches up on the whole prompt, is not spent).
-  if (probe_loss_ > elapsed_ / kProbeShare) return {};
+  // Each drafter measures and probes only while what its probes lost is within 1/kProbeShare of
+  // the time: an MTP block whose probes cost several passes does not stop lookup from probing.
+  const auto within_budget = [&](const DraftOffer& o) { return drafter(o.match).loss <= elapsed_ / kProbeShare; };
   for (const DraftOffer& o : open)
-    if (!drafter(o.match).step_known()) {
+    if (!drafter(o.match).step_known() && within_budget(o)) {
       probing_ = measuring_ = true;  // a probe too, should its drafts not stand
       last_match_ = o.match;
       return {o.match, min_};
@@ -142,7 +144,7 @@ DraftChoice DraftPolicy::choose(std::span<const DraftOffer> offers) {
   // Nothing pays: each declined drafter is probed when its pause is over.
   for (const DraftOffer& o : open) {
     Drafter& d = drafter(o.match);
-    if (++d.declined < d.probe_every) continue;
+    if (!within_budget(o) || ++d.declined < d.probe_every) continue;
     d.declined = 0;
     probing_ = true;
     last_match_ = o.match;
@@ -185,7 +187,7 @@ void DraftPolicy::record(int drafted, int accepted, double seconds) {
   // A probe's loss: its time beyond what plain passes would have taken for the tokens it gave.
   // Not a drafter's first step, which may run cold (an MTP block's catches up on the whole
   // prompt, seconds on a long one): counted, it would bar the block for forty times that.
-  if (probing_ && !measuring_ && seconds >= 0) probe_loss_ += std::max(0.0, seconds - (accepted + 1) * t0_);
+  if (probing_ && !measuring_ && seconds >= 0) d.loss += std::max(0.0, seconds - (accepted + 1) * t0_);
   if (probing_ && !(measuring_ && stood)) {
     d.probe_k = stood ? std::min(max_, 2 * d.probe_k) : min_;
     const bool could_pay = (max_ + 1) / cost(last_match_, max_) > kMinGain;

@@ -71,7 +71,7 @@ struct DraftChoice {
 // stall does not make every draft look cheap for the rest of the request. Declined drafters are
 // probed after 1, 2, 4 … kMaxPause declines each (the interval doubles after each rejected probe,
 // halves after a probe that stood while drafts that stand would pay, and starts over once drafting
-// pays again), so that estimates follow the text; and only while what probes lost (their time
+// pays again), so that estimates follow the text; and only while what its probes lost (their time
 // beyond plain passes for the tokens they gave) is within 1/kProbeShare of the time measured, so
 // that `--draft auto` on text where nothing pays stays within a few percent of `--draft none`. A probe drafts `min` tokens, twice as many as the
 // last one after each probe that stood (up to `max`), so the cost of long drafts is measured
@@ -114,6 +114,7 @@ class DraftPolicy {
     int declined = 0;  // candidates declined since the last probe
     int probe_every = 1;
     int probe_k = 1;  // drafts of the next probe
+    double loss = 0;  // seconds its probes lost against plain passes
     bool step_known() const;  // a step with drafts has been measured
   };
   DraftOptions options_;
@@ -122,8 +123,7 @@ class DraftPolicy {
   std::array<Acceptance, kNgramMax + 1> by_match_{};
   std::array<Drafter, 2> drafters_;  // n-gram, MTP
   double t0_ = 0;  // seconds of a one-row pass (moving average)
-  double elapsed_ = 0;     // seconds of every step measured
-  double probe_loss_ = 0;  // of which probes lost against plain passes
+  double elapsed_ = 0;  // seconds of every step measured
   int n_t0_ = 0;   // one-row passes measured
   int last_match_ = 0;    // match length of the drafts in flight
   bool probing_ = false;  // the drafts in flight are a probe
