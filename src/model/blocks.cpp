@@ -3,6 +3,7 @@
 #include "model/blocks.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -401,6 +402,22 @@ ExpertLayerTensors load_merged_experts(const WeightLoader& wl, int il, int64_t n
   e.up = wl.require(WeightLoader::layer_name(il, "ffn_up_exps.weight"), {n_embd, n_ff, n_expert});
   e.down = wl.require(WeightLoader::layer_name(il, "ffn_down_exps.weight"), {n_ff, n_embd, n_expert});
   return e;
+}
+
+bool merged_expert_tensor(std::string_view rest) {
+  const std::string_view base = rest.substr(0, rest.find('.'));
+  return base == "ffn_gate_exps" || base == "ffn_up_exps" || base == "ffn_down_exps";
+}
+
+bool merged_or_per_expert_tensor(std::string_view rest) {
+  if (merged_expert_tensor(rest)) return true;
+  const size_t dot = rest.find('.');
+  const std::string_view base = rest.substr(0, dot);
+  if (dot == std::string_view::npos || (base != "ffn_gate" && base != "ffn_up" && base != "ffn_down")) return false;
+  const std::string_view index = rest.substr(dot + 1, rest.find('.', dot + 1) - dot - 1);
+  int e = 0;
+  const auto [end, ec] = std::from_chars(index.data(), index.data() + index.size(), e);
+  return !index.empty() && ec == std::errc() && end == index.data() + index.size() && e >= 0;
 }
 
 void ffn_block(ForwardContext& ctx, int il, const FfnLayerWeights& w, const RouterConfig& rc, ExpertActivation act,

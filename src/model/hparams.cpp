@@ -33,14 +33,6 @@ int positive(const gguf::File& f, const std::string& key) {
 
 }  // namespace
 
-std::vector<bool> swa_layer_pattern(std::string_view arch, int n_layer) {
-  std::vector<bool> swa(std::max(0, n_layer), false);
-  // llama.cpp hard-codes the pattern for gpt-oss: of every two layers the first is windowed.
-  if (arch == "gpt-oss")
-    for (int il = 0; il < n_layer; il += 2) swa[il] = true;
-  return swa;
-}
-
 HParams read_hparams(const gguf::File& f) {
   HParams hp;
   hp.arch = f.get_string("general.architecture");
@@ -100,7 +92,7 @@ HParams read_hparams(const gguf::File& f) {
   hp.n_expert_groups = static_cast<int>(f.get_int_or(a + "expert_group_count", 0));
   hp.n_group_used = static_cast<int>(f.get_int_or(a + "expert_group_used_count", 0));
   hp.sliding_window = static_cast<int>(f.get_int_or(a + "attention.sliding_window", 0));
-  hp.swa_layers = swa_layer_pattern(hp.arch, hp.n_layer);
+  hp.swa_layers.assign(hp.n_layer, false);  // the files do not say: a family's loader sets its pattern
 
   const gguf::Value* nv = f.find(a + "vocab_size");
   hp.n_vocab = nv ? static_cast<int>(f.get_int(a + "vocab_size"))

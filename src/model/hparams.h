@@ -5,7 +5,6 @@
 
 #include <cstdint>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "ops/rope.h"
@@ -46,7 +45,7 @@ struct HParams {
 
   // Attention variants.
   int sliding_window = 0;               // 0: full attention
-  std::vector<bool> swa_layers;         // per layer: uses the sliding window
+  std::vector<bool> swa_layers;         // per layer: uses the sliding window (ArchEntry::windowed_layers)
   float attn_scale = 0.0f;              // 0: 1/sqrt(head_dim_k)
 
   bool is_moe_layer(int il) const { return n_expert > 0 && il >= n_leading_dense; }
@@ -56,8 +55,5 @@ struct HParams {
 
 // Reads the keys common to all architectures; arch files refine (rope type, defaults).
 HParams read_hparams(const gguf::File& file);
-// Which layers use the sliding window, from the architecture (the files do not say): the one rule
-// the model and `sluice inspect`'s KV estimate share.
-std::vector<bool> swa_layer_pattern(std::string_view arch, int n_layer);
 
 }  // namespace sluice
