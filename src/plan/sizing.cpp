@@ -24,65 +24,12 @@ uint64_t sat_add(uint64_t a, uint64_t b) {
   return add_overflows(a, b, &r) ? UINT64_MAX : r;
 }
 
-// Integer keys may hold one value or, on models with heterogeneous layers, one per layer.
-std::vector<int64_t> int_or_array(const gguf::File& f, const std::string& key) {
-  const gguf::Value* v = f.find(key);
-  if (!v) return {};
-  if (v->type == gguf::ValueType::ARRAY) return f.get_int_array(key);
-  return {f.get_int(key)};
-}
-
-std::optional<int64_t> opt_int(const gguf::File& f, const std::string& key) {
-  auto v = int_or_array(f, key);
-  if (v.empty()) return std::nullopt;
-  // A per-layer array (e.g. feed_forward_length on models mixing layer widths) reports its largest.
-  return *std::max_element(v.begin(), v.end());
-}
-
-std::optional<double> opt_float(const gguf::File& f, const std::string& key) {
-  return f.has(key) ? std::optional<double>(f.get_float(key)) : std::nullopt;
-}
-
 }  // namespace
 
 uint64_t LayerBytes::total() const {
   uint64_t s = 0;
   for (uint64_t b : bytes) s += b;
   return s;
-}
-
-ModelSummary read_model_summary(const gguf::File& f) {
-  ModelSummary m;
-  m.arch = f.get_string_or("general.architecture", "");
-  m.name = f.get_string_or("general.name", "");
-  if (m.arch.empty()) return m;
-  const std::string a = m.arch + ".";
-  m.n_layer = opt_int(f, a + "block_count");
-  m.n_embd = opt_int(f, a + "embedding_length");
-  m.n_ff = opt_int(f, a + "feed_forward_length");
-  m.n_ff_exp = opt_int(f, a + "expert_feed_forward_length");
-  m.n_expert = opt_int(f, a + "expert_count");
-  m.n_expert_used = opt_int(f, a + "expert_used_count");
-  m.n_expert_shared = opt_int(f, a + "expert_shared_count");
-  m.n_leading_dense = opt_int(f, a + "leading_dense_block_count");
-  m.n_mtp_layers = opt_int(f, a + "nextn_predict_layers");
-  m.n_head = int_or_array(f, a + "attention.head_count");
-  m.n_head_kv = int_or_array(f, a + "attention.head_count_kv");
-  m.key_length = opt_int(f, a + "attention.key_length");
-  m.value_length = opt_int(f, a + "attention.value_length");
-  m.kv_lora_rank = opt_int(f, a + "attention.kv_lora_rank");
-  m.q_lora_rank = opt_int(f, a + "attention.q_lora_rank");
-  m.rope_dim = opt_int(f, a + "rope.dimension_count");
-  m.rope_freq_base = opt_float(f, a + "rope.freq_base");
-  m.rope_scaling_type = f.get_string_or(a + "rope.scaling.type", "");
-  m.rope_scaling_factor = opt_float(f, a + "rope.scaling.factor");
-  m.context_length = opt_int(f, a + "context_length");
-  m.sliding_window = opt_int(f, a + "attention.sliding_window");
-  m.vocab_size = opt_int(f, a + "vocab_size");
-  m.is_mla = m.kv_lora_rank.has_value() && *m.kv_lora_rank > 0;
-  m.compress_ratios = int_or_array(f, a + "attention.compress_ratios");
-  m.indexer_key_length = opt_int(f, a + "attention.indexer.key_length");
-  return m;
 }
 
 TokenizerSummary read_tokenizer_summary(const gguf::File& f) {
