@@ -30,7 +30,7 @@ void gen_qwen3(ModelBuilder& b);      // qwen3 (dense) and qwen3moe
 const std::vector<ArchEntry>& arch_registry() {
   using K = KvKind;
   static const std::vector<ArchEntry> table = {
-      // name        loader          KV           windowed layers         routed tensors          gen-model
+      // general.architecture, loader, KV kind, windowed layers, routed tensors, gen-model writer
       {"deepseek2", load_deepseek2, K::kLatent, nullptr, merged_expert_tensor, gen::gen_deepseek2},
       {"deepseek4", load_deepseek4, K::kCompressed, nullptr, merged_expert_tensor, gen::gen_deepseek4},
       {"glm4moe", load_glm4moe, K::kHeads, nullptr, merged_expert_tensor, gen::gen_glm4moe},
