@@ -160,7 +160,11 @@ HParams read_hparams(const gguf::File& f) {
                             : GatingFunc::kSoftmax;
   hp.n_expert_groups = static_cast<int>(m.n_expert_groups.value_or(0));
   hp.n_group_used = static_cast<int>(m.n_group_used.value_or(0));
+  hp.n_nextn = m.n_mtp_layers.value_or(0);
   hp.sliding_window = static_cast<int>(m.sliding_window.value_or(0));
+  hp.q_lora_rank = static_cast<int>(m.q_lora_rank.value_or(0));
+  hp.kv_lora_rank = static_cast<int>(m.kv_lora_rank.value_or(0));
+  hp.compress_ratios = m.compress_ratios;
   hp.swa_layers.assign(hp.n_layer, false);  // the files do not say: a family's loader sets its pattern
 
   hp.n_vocab = m.vocab_size ? static_cast<int>(*m.vocab_size)

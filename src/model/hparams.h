@@ -71,10 +71,14 @@ struct HParams {
   int n_expert_groups = 0;       // group-limited routing (DeepSeek V3)
   int n_group_used = 0;
 
+  int64_t n_nextn = 0;           // nextn_predict_layers: MTP blocks block_count counts after the main layers
+
   // Attention variants.
   int sliding_window = 0;               // 0: full attention
   std::vector<bool> swa_layers;         // per layer: uses the sliding window (ArchEntry::windowed_layers)
   float attn_scale = 0.0f;              // 0: 1/sqrt(head_dim_k)
+  int q_lora_rank = 0, kv_lora_rank = 0;  // MLA (deepseek2): compressed query / KV widths; 0: absent
+  std::vector<int64_t> compress_ratios;  // deepseek4: per layer (may run past n_layer); empty: absent
 
   bool is_moe_layer(int il) const { return n_expert > 0 && il >= n_leading_dense; }
   int n_embd_k_gqa(int il) const { return n_head_kv[il] * head_dim_k; }
