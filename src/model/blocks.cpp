@@ -235,7 +235,11 @@ void run_expert_batches(ForwardContext& ctx,
                         float* slot_out, ExpertScratch& scratch) {
   const int64_t n_embd = handed[0].second.gate.n_in;
   const int64_t n_ff = handed[0].second.gate.n_out;
-  auto& [xe, g, u, d, first, tasks] = scratch;
+  // Named references, not a structured binding: the lambdas below capture them, which clang
+  // before 16 (the fuzz build) rejects for bindings.
+  std::vector<float> &xe = scratch.xe, &g = scratch.g, &u = scratch.u, &d = scratch.d;
+  std::vector<int64_t>& first = scratch.first;
+  std::vector<MatmulTask>& tasks = scratch.tasks;
   for (size_t b0 = 0; b0 < handed.size();) {
     size_t b1 = b0;
     int64_t n_rows = 0;
