@@ -1,7 +1,9 @@
 // Model hyperparameters read from GGUF keys `<arch>.*`, in two steps: ModelSummary is what the
 // keys state, read leniently (absent keys stay unset), which `sluice inspect` prints and sizes
 // unfamiliar or vocab-only files from; HParams is that summary checked and completed with the
-// defaults, for the forward pass. The keys are read in one place (read_model_summary). One struct
+// defaults, for the forward pass. These keys are read in one place (read_model_summary); a family's
+// file reads only keys of its own (DeepSeek V4's hyper-connections, ...) and, where its default
+// differs, whether a shared key is present (glm4moe's gating). One struct
 // serves every architecture; fields an architecture does not use keep their neutral defaults.
 // Per-layer values (head counts, feed-forward sizes, sliding window) are expanded to vectors so
 // layers never re-read keys.
