@@ -100,7 +100,7 @@ Json to_json(const gguf::File& file, const ModelReport& r, bool with_metadata) {
   for (const auto& ti : file.tensors())
     tensors.push_back({{"name", ti.name}, {"type", type_name(ti.type)},
                        {"shape", std::vector<int64_t>(ti.ne.begin(), ti.ne.begin() + ti.n_dims)},
-                       {"bytes", ti.nbytes}, {"class", tensor_class_name(classify_tensor(ti.name, r.first_mtp_layer))}});
+                       {"bytes", ti.nbytes}, {"class", tensor_class_name(classify_tensor(ti.name, r.first_mtp_layer, r.model.arch))}});
   j["tensors"] = tensors;
   Json layers = Json::array();
   for (const auto& lb : r.layers)
@@ -200,7 +200,7 @@ void print_human(const gguf::File& file, const ModelReport& r, bool with_metadat
                "shape", "bytes", "class");
     for (const auto& ti : file.tensors())
       fmt::print("  {:<40} {:<8} {:<20} {:>12}  {}\n", ti.name, type_name(ti.type), ti.shape_string(), ti.nbytes,
-                 tensor_class_name(classify_tensor(ti.name, r.first_mtp_layer)));
+                 tensor_class_name(classify_tensor(ti.name, r.first_mtp_layer, r.model.arch)));
 
     fmt::print("\nbytes by class\n  {:<6}", "layer");
     for (TensorClass c : kAllTensorClasses) fmt::print(" {:>13}", tensor_class_name(c));

@@ -14,7 +14,7 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "gen/gen_archs.h"
+#include "gen/builder.h"
 
 namespace sluice::gen {
 

@@ -7,7 +7,7 @@
 // block_count: each is a full MoE layer plus nextn.eh_proj / enorm / hnorm / shared_head_norm,
 // which the engine never runs (and `inspect` counts as Other, not as streamed experts).
 #include "core/error.h"
-#include "gen/gen_archs.h"
+#include "gen/builder.h"
 
 namespace sluice::gen {
 

@@ -5,7 +5,7 @@
 // attention.sliding_window (the engine windows the even layers), the intermediate size as both
 // feed-forward lengths, and the YaRN keys (factor 32 over a 4096-token original context).
 #include "core/error.h"
-#include "gen/gen_archs.h"
+#include "gen/builder.h"
 
 namespace sluice::gen {
 

@@ -2,7 +2,7 @@
 // same architecture. Mixtral files carry the expert size as feed_forward_length (no
 // expert_feed_forward_length key); key/value lengths are written only when the head size is not
 // n_embd / n_head, as llama.cpp's converter does.
-#include "gen/gen_archs.h"
+#include "gen/builder.h"
 
 namespace sluice::gen {
 

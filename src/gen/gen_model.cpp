@@ -1,5 +1,6 @@
 // gen-model presets (real dimensions and hyperparameters of each model, from its HF config),
-// spec validation, default tokenizer lookup and the architecture dispatch.
+// spec validation, default tokenizer lookup and the dispatch to the family's writer (its
+// ArchEntry::gen in the one registry, model/archs/registry.h).
 #include "gen/gen_model.h"
 
 #include <algorithm>
@@ -8,8 +9,9 @@
 #include <filesystem>
 
 #include "core/error.h"
-#include "gen/gen_archs.h"
+#include "gen/builder.h"
 #include "gen/random_fill.h"
+#include "model/archs/registry.h"
 
 namespace sluice {
 
@@ -284,23 +286,6 @@ void require_positive(int v, const char* what) {
 
 }  // namespace
 
-namespace gen {
-
-const std::vector<GenArch>& gen_arch_registry() {
-  static const std::vector<GenArch> table = {
-      {"qwen3moe", gen_qwen3},
-      {"qwen3", gen_qwen3},
-      {"llama", gen_llama},
-      {"deepseek2", gen_deepseek2},
-      {"gpt-oss", gen_gptoss},
-      {"glm4moe", gen_glm4moe},
-      {"deepseek4", gen_deepseek4},
-  };
-  return table;
-}
-
-}  // namespace gen
-
 const std::vector<GenPreset>& gen_presets() {
   static const std::vector<GenPreset> presets = {
       {"tiny", "qwen3moe, 2 layers, d 128, 4 heads x 64, 8 experts top-2, F32: a fast test model"},
@@ -324,9 +309,8 @@ const std::vector<GenPreset>& gen_presets() {
 GenSpec gen_preset(const std::string& name) { return make_preset(name); }
 
 void validate(const GenSpec& s) {
-  const auto& archs = gen::gen_arch_registry();
-  if (std::none_of(archs.begin(), archs.end(), [&](const gen::GenArch& a) { return s.arch == a.arch; }))
-    fail("gen-model cannot write architecture '{}'", s.arch);
+  const ArchEntry* entry = find_arch(s.arch);
+  if (!entry || !entry->gen) fail("gen-model cannot write architecture '{}'", s.arch);
   require_positive(s.n_layer, "--layers");
   require_positive(s.n_embd, "--embd");
   require_positive(s.n_head, "--heads");
@@ -381,8 +365,7 @@ std::string default_vocab(const std::string& source_dir) {
 
 GenResult write_random_model(const GenSpec& spec, const std::string& path) {
   gen::ModelBuilder builder(spec);
-  for (const auto& a : gen::gen_arch_registry())
-    if (spec.arch == a.arch) a.write(builder);
+  if (const ArchEntry* entry = find_arch(spec.arch); entry && entry->gen) entry->gen(builder);
   return builder.write(path);
 }
 

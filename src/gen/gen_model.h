@@ -5,9 +5,9 @@
 // rows, a lookup of fan-in 1, have RMS 1; norms are 1), so activations stay finite through every
 // layer; a real BPE tokenizer is embedded so the models tokenize and detokenize like real ones.
 //
-// Adding an architecture: a preset in gen_model.cpp and a writer function in its own
-// gen_<family>.cpp (declared in gen_archs.h) that sets the family's keys and adds its tensors
-// with the shared ModelBuilder pieces.
+// Adding an architecture: a writer function in its own gen_<family>.cpp that sets the family's
+// keys and adds its tensors with the shared ModelBuilder pieces, named by the family's line in the
+// architecture registry (model/archs/registry.cpp), and optionally a preset in gen_model.cpp.
 #pragma once
 
 #include <cstdint>

@@ -3,7 +3,7 @@
 // merged ffn_*_exps experts. Keys as llama.cpp's converter writes them, including key/value
 // lengths and, for MoE, expert_feed_forward_length next to the dense feed_forward_length.
 #include "core/error.h"
-#include "gen/gen_archs.h"
+#include "gen/builder.h"
 
 namespace sluice::gen {
 

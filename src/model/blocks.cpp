@@ -3,6 +3,7 @@
 #include "model/blocks.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -234,7 +235,11 @@ void run_expert_batches(ForwardContext& ctx,
                         float* slot_out, ExpertScratch& scratch) {
   const int64_t n_embd = handed[0].second.gate.n_in;
   const int64_t n_ff = handed[0].second.gate.n_out;
-  auto& [xe, g, u, d, first, tasks] = scratch;
+  // Named references, not a structured binding: the lambdas below capture them, which clang
+  // before 16 (the fuzz build) rejects for bindings.
+  std::vector<float> &xe = scratch.xe, &g = scratch.g, &u = scratch.u, &d = scratch.d;
+  std::vector<int64_t>& first = scratch.first;
+  std::vector<MatmulTask>& tasks = scratch.tasks;
   for (size_t b0 = 0; b0 < handed.size();) {
     size_t b1 = b0;
     int64_t n_rows = 0;
@@ -401,6 +406,22 @@ ExpertLayerTensors load_merged_experts(const WeightLoader& wl, int il, int64_t n
   e.up = wl.require(WeightLoader::layer_name(il, "ffn_up_exps.weight"), {n_embd, n_ff, n_expert});
   e.down = wl.require(WeightLoader::layer_name(il, "ffn_down_exps.weight"), {n_ff, n_embd, n_expert});
   return e;
+}
+
+bool merged_expert_tensor(std::string_view rest) {
+  const std::string_view base = rest.substr(0, rest.find('.'));
+  return base == "ffn_gate_exps" || base == "ffn_up_exps" || base == "ffn_down_exps";
+}
+
+bool merged_or_per_expert_tensor(std::string_view rest) {
+  if (merged_expert_tensor(rest)) return true;
+  const size_t dot = rest.find('.');
+  const std::string_view base = rest.substr(0, dot);
+  if (dot == std::string_view::npos || (base != "ffn_gate" && base != "ffn_up" && base != "ffn_down")) return false;
+  const std::string_view index = rest.substr(dot + 1, rest.find('.', dot + 1) - dot - 1);
+  int e = 0;
+  const auto [end, ec] = std::from_chars(index.data(), index.data() + index.size(), e);
+  return !index.empty() && ec == std::errc() && end == index.data() + index.size() && e >= 0;
 }
 
 void ffn_block(ForwardContext& ctx, int il, const FfnLayerWeights& w, const RouterConfig& rc, ExpertActivation act,

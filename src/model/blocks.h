@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "model/forward_context.h"
 #include "model/hparams.h"
@@ -101,6 +102,11 @@ AttentionWeights load_attention(const WeightLoader& wl, int il, int64_t n_embd, 
 FfnWeights load_swiglu(const WeightLoader& wl, int il, const std::string& suffix, int64_t n_embd, int64_t n_ff);
 // blk.N.ffn_{gate,up,down}_exps.weight: (n_embd, n_ff, n_expert) ×2 and (n_ff, n_embd, n_expert).
 ExpertLayerTensors load_merged_experts(const WeightLoader& wl, int il, int64_t n_embd, int64_t n_ff, int64_t n_expert);
+// The routed-expert tensors of the two layouts above, by their name after "blk.N." (the families'
+// ArchEntry::routed_tensor): merged, blk.N.ffn_{gate,up,down}_exps.* (weights and any biases);
+// or merged and per expert, blk.N.ffn_{gate,up,down}.E.* (legacy Mixtral, load_swiglu with ".E").
+bool merged_expert_tensor(std::string_view block_rest);
+bool merged_or_per_expert_tensor(std::string_view block_rest);
 // x += FFN(RMSNorm(x)).
 void ffn_block(ForwardContext& ctx, int il, const FfnLayerWeights& w, const RouterConfig& rc, ExpertActivation act,
                float eps, float* x);

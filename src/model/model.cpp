@@ -127,7 +127,7 @@ void Model::forward_stage(ThreadPool& pool, const Batch& batch, KvCache& kv, Exp
 
 void Model::take_mtp_layers(const gguf::File& file) {
   const std::string a = hp_.arch + ".";
-  const int64_t nextn = file.get_int_or(a + "nextn_predict_layers", 0);
+  const int64_t nextn = hp_.n_nextn;
   if (nextn < 0 || nextn >= hp_.n_layer)
     fail("metadata key '{}nextn_predict_layers' is {}, expected 0..{}", a, nextn, hp_.n_layer - 1);
   if (nextn > 0 && !file.find_tensor(WeightLoader::layer_name(0, "attn_norm.weight")))

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/meminfo.h"
 #include "kv/ds4_cache.h"
+#include "model/archs/registry.h"
 #include "model/hparams.h"
 
 namespace sluice {
@@ -23,65 +24,12 @@ uint64_t sat_add(uint64_t a, uint64_t b) {
   return add_overflows(a, b, &r) ? UINT64_MAX : r;
 }
 
-// Integer keys may hold one value or, on models with heterogeneous layers, one per layer.
-std::vector<int64_t> int_or_array(const gguf::File& f, const std::string& key) {
-  const gguf::Value* v = f.find(key);
-  if (!v) return {};
-  if (v->type == gguf::ValueType::ARRAY) return f.get_int_array(key);
-  return {f.get_int(key)};
-}
-
-std::optional<int64_t> opt_int(const gguf::File& f, const std::string& key) {
-  auto v = int_or_array(f, key);
-  if (v.empty()) return std::nullopt;
-  // A per-layer array (e.g. feed_forward_length on models mixing layer widths) reports its largest.
-  return *std::max_element(v.begin(), v.end());
-}
-
-std::optional<double> opt_float(const gguf::File& f, const std::string& key) {
-  return f.has(key) ? std::optional<double>(f.get_float(key)) : std::nullopt;
-}
-
 }  // namespace
 
 uint64_t LayerBytes::total() const {
   uint64_t s = 0;
   for (uint64_t b : bytes) s += b;
   return s;
-}
-
-ModelSummary read_model_summary(const gguf::File& f) {
-  ModelSummary m;
-  m.arch = f.get_string_or("general.architecture", "");
-  m.name = f.get_string_or("general.name", "");
-  if (m.arch.empty()) return m;
-  const std::string a = m.arch + ".";
-  m.n_layer = opt_int(f, a + "block_count");
-  m.n_embd = opt_int(f, a + "embedding_length");
-  m.n_ff = opt_int(f, a + "feed_forward_length");
-  m.n_ff_exp = opt_int(f, a + "expert_feed_forward_length");
-  m.n_expert = opt_int(f, a + "expert_count");
-  m.n_expert_used = opt_int(f, a + "expert_used_count");
-  m.n_expert_shared = opt_int(f, a + "expert_shared_count");
-  m.n_leading_dense = opt_int(f, a + "leading_dense_block_count");
-  m.n_mtp_layers = opt_int(f, a + "nextn_predict_layers");
-  m.n_head = int_or_array(f, a + "attention.head_count");
-  m.n_head_kv = int_or_array(f, a + "attention.head_count_kv");
-  m.key_length = opt_int(f, a + "attention.key_length");
-  m.value_length = opt_int(f, a + "attention.value_length");
-  m.kv_lora_rank = opt_int(f, a + "attention.kv_lora_rank");
-  m.q_lora_rank = opt_int(f, a + "attention.q_lora_rank");
-  m.rope_dim = opt_int(f, a + "rope.dimension_count");
-  m.rope_freq_base = opt_float(f, a + "rope.freq_base");
-  m.rope_scaling_type = f.get_string_or(a + "rope.scaling.type", "");
-  m.rope_scaling_factor = opt_float(f, a + "rope.scaling.factor");
-  m.context_length = opt_int(f, a + "context_length");
-  m.sliding_window = opt_int(f, a + "attention.sliding_window");
-  m.vocab_size = opt_int(f, a + "vocab_size");
-  m.is_mla = m.kv_lora_rank.has_value() && *m.kv_lora_rank > 0;
-  m.compress_ratios = int_or_array(f, a + "attention.compress_ratios");
-  m.indexer_key_length = opt_int(f, a + "attention.indexer.key_length");
-  return m;
 }
 
 TokenizerSummary read_tokenizer_summary(const gguf::File& f) {
@@ -105,13 +53,17 @@ KvEstimate estimate_kv(const ModelSummary& m, int64_t ctx, const KvCacheConfig& 
   kv.ctx = ctx;
   kv.type_k = config.type_k;
   kv.type_v = config.type_v;
-  kv.values_are_keys = m.is_mla || m.arch == "deepseek4";
+  // The family's rule (its registry entry); a file of an architecture sluice cannot run gets the
+  // MLA latent when it names a kv_lora_rank, else K/V heads.
+  const ArchEntry* entry = find_arch(m.arch);
+  const KvKind kind = entry ? entry->kv : m.is_mla ? KvKind::kLatent : KvKind::kHeads;
+  kv.values_are_keys = kind != KvKind::kHeads;
   // A layer count no real model comes near (a corrupt or hostile header) gets no estimate rather
   // than per-layer tables of its size; loading such a file fails on its missing tensors anyway.
   constexpr int64_t kMaxLayers = 1 << 16;
   if (!m.n_layer || *m.n_layer <= 0 || *m.n_layer > kMaxLayers) return kv;
   kv.n_layer = std::max<int64_t>(0, *m.n_layer - m.n_mtp_layers.value_or(0));
-  if (m.arch == "deepseek4") {
+  if (kind == KvKind::kCompressed) {
     // The cache's own rule (kv/ds4_cache.h): pooled rows and indexer keys per position, plus the
     // window ring and compressor states of every layer.
     const KvType row_type = ds4_row_type(config);
@@ -131,7 +83,8 @@ KvEstimate estimate_kv(const ModelSummary& m, int64_t ctx, const KvCacheConfig& 
     KvLayout layout;
     layout.config = config;
     layout.n_ctx = static_cast<int>(std::clamp<int64_t>(ctx, 1, INT32_MAX));
-    if (m.is_mla) {
+    if (kind == KvKind::kLatent) {
+      if (!m.is_mla) return kv;
       // MLA caches the compressed KV latent plus the shared rotary key part, whatever the head count.
       const int width = static_cast<int>(*m.kv_lora_rank + std::max<int64_t>(0, m.rope_dim.value_or(0)));
       layout.layers.assign(kv.n_layer, KvLayerShape{1, width, 0, 0});
@@ -141,7 +94,8 @@ KvEstimate estimate_kv(const ModelSummary& m, int64_t ctx, const KvCacheConfig& 
       if (!k && m.n_embd && !m.n_head.empty() && m.n_head[0] > 0) k = *m.n_embd / m.n_head[0];
       const int64_t v = m.value_length.value_or(k.value_or(0));
       if (heads.empty() || !k || *k < 0 || v < 0) return kv;
-      const std::vector<bool> swa = swa_layer_pattern(m.arch, static_cast<int>(kv.n_layer));
+      const std::vector<bool> swa = entry && entry->windowed_layers ? entry->windowed_layers(static_cast<int>(kv.n_layer))
+                                                                    : std::vector<bool>(kv.n_layer, false);
       const int window = static_cast<int>(m.sliding_window.value_or(0));
       for (int64_t il = 0; il < kv.n_layer; ++il) {
         const int64_t h = heads.size() == static_cast<size_t>(*m.n_layer) ? heads[il] : heads[0];
@@ -227,9 +181,10 @@ bool mtp_reads_tensor(const std::string& name, int il, bool separate) {
 
 void add_mtp_block(const gguf::File& file, int il, bool separate, MemoryFacts& f) {
   uint64_t expert = 0;
+  const std::string arch = file.get_string_or("general.architecture", "");
   for (const auto& t : file.tensors()) {
     if (!mtp_reads_tensor(t.name, il, separate)) continue;
-    if (classify_tensor(t.name) != TensorClass::RoutedExpert) {
+    if (classify_tensor(t.name, -1, arch) != TensorClass::RoutedExpert) {
       f.resident_bytes = sat_add(f.resident_bytes, t.nbytes);
       continue;
     }
@@ -252,7 +207,7 @@ MemoryFacts memory_facts(const gguf::File& file, const KvCacheConfig& config, in
     const std::optional<int> layer = layer_of(t.name);
     if (layer && first_mtp >= 0 && *layer >= first_mtp) continue;  // never read by the forward pass
     if (!whole && !stage_reads_tensor(file, t.name, span, n_forward)) continue;
-    if (classify_tensor(t.name, first_mtp) != TensorClass::RoutedExpert) {
+    if (classify_tensor(t.name, first_mtp, m.arch) != TensorClass::RoutedExpert) {
       f.resident_bytes = sat_add(f.resident_bytes, t.nbytes);
       continue;
     }
@@ -291,7 +246,7 @@ ModelReport analyze_model(const gguf::File& file, const SizingOptions& opts) {
   std::map<int, LayerBytes> by_layer;  // key -1: global tensors, sorted first
   std::map<int, LayerExperts> experts;
   for (const auto& t : file.tensors()) {
-    const TensorClass c = classify_tensor(t.name, r.first_mtp_layer);
+    const TensorClass c = classify_tensor(t.name, r.first_mtp_layer, r.model.arch);
     const std::optional<int> layer = layer_of(t.name);
     LayerBytes& lb = by_layer[layer.value_or(-1)];
     lb.layer = layer;

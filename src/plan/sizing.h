@@ -12,26 +12,11 @@
 
 #include "gguf/gguf.h"
 #include "kv/kv_cache.h"
+#include "model/hparams.h"  // ModelSummary, read_model_summary
 #include "plan/memory_plan.h"
 #include "plan/tensor_class.h"
 
 namespace sluice {
-
-struct ModelSummary {
-  std::string arch;  // general.architecture; empty when absent
-  std::string name;  // general.name
-  std::optional<int64_t> n_layer, n_embd, n_ff, n_ff_exp, n_expert, n_expert_used,
-      n_expert_shared, n_leading_dense, n_mtp_layers, key_length, value_length, kv_lora_rank,
-      q_lora_rank, rope_dim, context_length, sliding_window, vocab_size;
-  // attention.head_count(_kv): one entry per layer when the file stores an array, else one value.
-  std::vector<int64_t> n_head, n_head_kv;
-  std::optional<double> rope_freq_base, rope_scaling_factor;
-  std::string rope_scaling_type;
-  bool is_mla = false;  // kv_lora_rank present: the KV cache holds the compressed latent
-  // deepseek4: per-layer compress ratios (may run past n_layer), indexer key size.
-  std::vector<int64_t> compress_ratios;
-  std::optional<int64_t> indexer_key_length;
-};
 
 struct TokenizerSummary {
   std::string model, pre;
@@ -107,7 +92,6 @@ struct SizingOptions {
   double ram_tokens_per_second = 0;  // decode speed with every expert in RAM; 0: I/O ceiling only
 };
 
-ModelSummary read_model_summary(const gguf::File& file);
 TokenizerSummary read_tokenizer_summary(const gguf::File& file);
 // The KV cache one sequence of ctx positions holds with `config` (kv/kv_cache.h's KvLayout rule).
 KvEstimate estimate_kv(const ModelSummary& m, int64_t ctx, const KvCacheConfig& config = {});

@@ -6,6 +6,8 @@
 #include <charconv>
 #include <cstdint>
 
+#include "model/archs/registry.h"
+
 namespace sluice {
 
 namespace {
@@ -80,14 +82,18 @@ std::optional<int> layer_of(std::string_view name) {
   return parse_index(after.substr(0, after.find('.')));
 }
 
-TensorClass classify_tensor(std::string_view name, int first_mtp_layer) {
+TensorClass classify_tensor(std::string_view name, int first_mtp_layer, std::string_view arch) {
   std::string_view rest = block_rest(name);
   if (rest.empty()) return classify_global(name);
   if (first_mtp_layer >= 0 && *layer_of(name) >= first_mtp_layer) return TensorClass::Other;
 
   std::string_view base = first_component(rest);
   if (base == "nextn") return TensorClass::Other;
-  if (is_merged_expert_base(base) || legacy_expert_index(rest)) return TensorClass::RoutedExpert;
+  // A family sluice runs says what it streams (ArchEntry::routed_tensor); the name patterns of
+  // every layout are the fallback for the rest.
+  const ArchEntry* entry = arch.empty() ? nullptr : find_arch(arch);
+  if (entry && entry->routed_tensor ? entry->routed_tensor(rest) : is_merged_expert_base(base) || legacy_expert_index(rest))
+    return TensorClass::RoutedExpert;
   if (contains(base, "_shexp")) return TensorClass::SharedExpert;
   // Before Attention: attn_q_norm, attn_kv_a_norm and friends are norms, not projections.
   if (contains(base, "_norm")) return TensorClass::Norm;

@@ -1,6 +1,8 @@
-// What a GGUF tensor is for, from its name alone. The expert store places tensors by this (routed
-// experts stream from SSD, everything else stays resident) and `inspect` sizes a model with the
-// same function, so its verdict describes what the engine will actually do.
+// What a GGUF tensor is for, from its name: whether it is a routed expert is its family's rule
+// (ArchEntry::routed_tensor) when sluice runs the architecture, name patterns otherwise. The expert
+// store places tensors by this (routed experts stream from SSD, everything else stays resident)
+// and `inspect` sizes a model with the same function, so its verdict describes what the engine
+// will actually do.
 #pragma once
 
 #include <array>
@@ -34,8 +36,9 @@ std::string_view tensor_class_name(TensorClass c);
 
 // `first_mtp_layer`: index of the first nextn/MTP block when the model carries some (GLM-4.5's
 // `nextn_predict_layers` trailing blocks); every tensor of those blocks is Other because the
-// forward pass never runs them. -1 when there are none.
-TensorClass classify_tensor(std::string_view name, int first_mtp_layer = -1);
+// forward pass never runs them. -1 when there are none. `arch`: general.architecture; empty (or
+// one sluice cannot run): routed experts by the name patterns of every known layout.
+TensorClass classify_tensor(std::string_view name, int first_mtp_layer = -1, std::string_view arch = {});
 
 // N of a "blk.N." name; nullopt for global tensors and malformed indices.
 std::optional<int> layer_of(std::string_view name);

@@ -140,13 +140,13 @@ std::unique_ptr<ExpertStore> make_expert_store(const gguf::File& file, const Mod
   const LayerSpan span{model.layer_begin(), model.layer_end() + (model.mtp_loaded() ? 1 : 0)};
   for (const auto& t : file.tensors())
     if (!unused_mtp(t.name, model) && stage_reads_tensor(file, t.name, span, model.hparams().n_layer) &&
-        ((ram && !o.expert_shard) || classify_tensor(t.name) != TensorClass::RoutedExpert))
+        ((ram && !o.expert_shard) || classify_tensor(t.name, -1, model.hparams().arch) != TensorClass::RoutedExpert))
       populate(t.data, t.nbytes);
   if (ram && o.expert_shard) populate_owned(model, *o.expert_shard);
   if (mtp_file)
     for (const auto& t : mtp_file->tensors())
       if (mtp_reads_tensor(t.name, model.hparams().n_layer, true) &&
-          (ram || classify_tensor(t.name) != TensorClass::RoutedExpert))
+          (ram || classify_tensor(t.name, -1, model.hparams().arch) != TensorClass::RoutedExpert))
         populate(t.data, t.nbytes);
   if (plan.memory.placement != Placement::kStream) return make_in_place_store(model.expert_layout(), placement_name(plan.memory.placement));
   StreamOptions so;

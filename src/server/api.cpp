@@ -6,8 +6,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <initializer_list>
 #include <limits>
 #include <random>
+#include <string_view>
 
 #include "fields.h"
 #include "structured.h"
@@ -104,13 +107,13 @@ json call_arguments(const json& args, const std::string& param) {
   return a;
 }
 
-// Validates OpenAI messages, turns content arrays into strings and tool-call arguments into
-// objects (what chat templates expect).
-json openai_messages(const json& messages) {
+// The checks OpenAI and Anthropic messages share: `messages` is a non-empty array of objects,
+// each with a string role among `roles`. Calls each(message, its path "messages[i]", role).
+template <class Each>
+void for_each_message(const json& messages, std::initializer_list<std::string_view> roles, Each each) {
   if (!messages.is_array())
     bad("messages", "'messages' must be an array of messages", "invalid_type");
   if (messages.empty()) bad("messages", "'messages' must not be empty");
-  json out = json::array();
   for (size_t i = 0; i < messages.size(); ++i) {
     const json& m = messages[i];
     const std::string p = fmt::format("messages[{}]", i);
@@ -118,9 +121,18 @@ json openai_messages(const json& messages) {
     if (!m.contains("role") || !m["role"].is_string())
       bad(p + ".role", fmt::format("'{}.role' must be a string", p), "invalid_type");
     const std::string role = m["role"].get<std::string>();
-    if (role != "system" && role != "user" && role != "assistant" && role != "tool" &&
-        role != "developer")
+    if (std::find(roles.begin(), roles.end(), role) == roles.end())
       bad(p + ".role", fmt::format("'{}.role' '{}' is not a known role", p, role));
+    each(m, p, role);
+  }
+}
+
+// Validates OpenAI messages, turns content arrays into strings and tool-call arguments into
+// objects (what chat templates expect).
+json openai_messages(const json& messages) {
+  json out = json::array();
+  for_each_message(messages, {"system", "user", "assistant", "tool", "developer"},
+                   [&](const json& m, const std::string& p, const std::string& role) {
     json n = m;
     if (m.contains("content"))
       n["content"] = content_text(m["content"], p + ".content");
@@ -149,31 +161,20 @@ json openai_messages(const json& messages) {
     if (m.contains("reasoning_content") && !m.contains("thinking"))
       n["thinking"] = m["reasoning_content"];
     out.push_back(std::move(n));
-  }
+  });
   return out;
 }
 
 // Anthropic messages as OpenAI ones: text blocks joined, thinking as reasoning_content, tool_use
 // blocks as tool_calls, and tool_result blocks as "tool" messages before the user's text.
 json anthropic_messages(const json& messages) {
-  if (!messages.is_array())
-    bad("messages", "'messages' must be an array of messages", "invalid_type");
-  if (messages.empty()) bad("messages", "'messages' must not be empty");
   json out = json::array();
-  for (size_t i = 0; i < messages.size(); ++i) {
-    const json& m = messages[i];
-    const std::string p = fmt::format("messages[{}]", i);
-    if (!m.is_object()) bad(p, fmt::format("'{}' must be an object", p), "invalid_type");
-    if (!m.contains("role") || !m["role"].is_string())
-      bad(p + ".role", fmt::format("'{}.role' must be a string", p), "invalid_type");
-    const std::string role = m["role"].get<std::string>();
-    if (role != "user" && role != "assistant")
-      bad(p + ".role", fmt::format("'{}.role' '{}' is not a known role", p, role));
+  for_each_message(messages, {"user", "assistant"}, [&](const json& m, const std::string& p, const std::string& role) {
     if (!m.contains("content")) bad(p + ".content", fmt::format("'{}.content' is missing", p));
     const json& content = m["content"];
     if (!content.is_array()) {
       out.push_back({{"role", role}, {"content", content_text(content, p + ".content")}});
-      continue;
+      return;
     }
     std::string text, thinking;
     json calls = json::array();
@@ -213,13 +214,13 @@ json anthropic_messages(const json& messages) {
     if (role == "user") {
       if (!text.empty() || out.empty() || out.back()["role"] != "tool")
         out.push_back({{"role", "user"}, {"content", text}});
-      continue;
+      return;
     }
     json a = {{"role", "assistant"}, {"content", text}};
     if (!calls.empty()) a["tool_calls"] = calls;
     if (!thinking.empty()) a["reasoning_content"] = a["thinking"] = thinking;
     out.push_back(std::move(a));
-  }
+  });
   return out;
 }
 

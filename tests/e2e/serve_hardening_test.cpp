@@ -5,7 +5,6 @@
 // Long generations use -c 8192 (past the tiny model's trained 128, allowed with a warning).
 #include <gtest/gtest.h>
 
-#include <array>
 #include <cstdio>
 #include <fstream>
 #include <future>
@@ -65,14 +64,9 @@ TEST(ServePort, SecondServerOnABusyPortFailsSayingSo) {
   Server first({});
   ASSERT_GT(first.port(), 0) << "server did not start; log: " << first.log();
   const std::string cmd = std::string("timeout 60 ") + SLUICE_BIN + " serve -m " + kModel +
-                          " -t 1 --port " + std::to_string(first.port()) + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int st = pclose(p);
-  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 1) << out;
+                          " -t 1 --port " + std::to_string(first.port());
+  const auto [status, out] = sluice::test::sh(cmd);
+  EXPECT_EQ(status, 1) << out;
   EXPECT_NE(out.find("port " + std::to_string(first.port()) + " is in use"), std::string::npos)
       << out;
   EXPECT_EQ(http(first.port(), "GET", "/health").status, 200);

@@ -13,7 +13,6 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -237,14 +236,9 @@ TEST(ServeOpenAiClient, NodeClientTestsPass) {
   Server server({"--parallel", "8", "--api-key", kKey});
   ASSERT_GT(server.port(), 0) << "server did not start; log: " << server.log();
   const std::string cmd = "cd '" + node_dir.string() + "' && node serve_openai.mjs http://127.0.0.1:" +
-                          std::to_string(server.port()) + "/v1 " + kKey + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int st = pclose(p);
-  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << out;
+                          std::to_string(server.port()) + "/v1 " + kKey;
+  const auto [status, out] = sluice::test::sh(cmd);
+  EXPECT_EQ(status, 0) << out;
   EXPECT_EQ(out.find("FAIL"), std::string::npos) << out;
   EXPECT_NE(out.find("ok   concurrency"), std::string::npos) << out;
 }

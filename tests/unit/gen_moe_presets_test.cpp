@@ -214,6 +214,8 @@ TEST(GenMoePresets, CutDownFilesHaveTheLayoutKeysAndClasses) {
       ASSERT_NE(it, want.end());
       ASSERT_EQ(t.n_dims, static_cast<int>(it->second.ne.size()));
       for (int i = 0; i < t.n_dims; ++i) EXPECT_EQ(t.ne[i], it->second.ne[i]);
+      // The family's rule (its registry entry) and the name patterns of every layout agree.
+      EXPECT_EQ(classify_tensor(t.name, report.first_mtp_layer, s.arch), it->second.cls);
       EXPECT_EQ(classify_tensor(t.name, report.first_mtp_layer), it->second.cls);
       if (it->second.cls == TensorClass::RoutedExpert) routed += t.nbytes;
       if (it->second.cls == TensorClass::Other) other += t.nbytes;
@@ -458,6 +460,8 @@ TEST(GenMoePresets, DeepSeekV4FlashCutDownHasTheConverterLayoutKeysTypesAndClass
       ASSERT_NE(it, want.end()) << "unexpected tensor";
       ASSERT_EQ(static_cast<size_t>(t.n_dims), it->second.ne.size());
       for (int i = 0; i < t.n_dims; ++i) EXPECT_EQ(t.ne[i], it->second.ne[i]);
+      // The family's rule (its registry entry) and the name patterns of every layout agree.
+      EXPECT_EQ(classify_tensor(t.name, report.first_mtp_layer, s.arch), it->second.cls);
       EXPECT_EQ(classify_tensor(t.name, report.first_mtp_layer), it->second.cls);
       EXPECT_EQ(t.type, it->second.type) << type_name(t.type) << " vs " << type_name(it->second.type);
       if (it->second.cls == TensorClass::RoutedExpert) routed += t.nbytes;

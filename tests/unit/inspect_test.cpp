@@ -215,6 +215,40 @@ TEST(InspectSizing, AbsurdLayerCountGivesNoKvEstimate) {
   EXPECT_EQ(estimate_kv(m, 4096).bytes_per_token, 48u * 8 * (128 + 128) * 4);
 }
 
+// The KV rule is the family's (its registry entry): deepseek2 caches the MLA latent, gpt-oss
+// windows every other layer; an architecture sluice cannot run gets the latent when the file
+// names a kv_lora_rank, else K/V heads and no window.
+TEST(InspectSizing, KvLayoutIsTheFamilysRule) {
+  ModelSummary m;
+  m.n_layer = 4;
+  m.n_head = {8};
+  m.n_head_kv = {2};
+  m.key_length = 64;
+  m.kv_lora_rank = 32;
+  m.rope_dim = 16;
+  m.is_mla = true;
+  m.sliding_window = 16;
+  const uint64_t heads = 4u * 2 * (64 + 64) * 4, latent = 4u * (32 + 16) * 4;
+  for (const char* arch : {"deepseek2", "mystery"}) {
+    m.arch = arch;
+    EXPECT_EQ(estimate_kv(m, 100).bytes_per_token, latent) << arch;
+    EXPECT_TRUE(estimate_kv(m, 100).values_are_keys) << arch;
+  }
+  m.arch = "glm4moe";  // a GQA family whatever the file says
+  EXPECT_EQ(estimate_kv(m, 100).bytes_per_token, heads);
+  m.kv_lora_rank.reset();
+  m.is_mla = false;
+  m.arch = "mystery";
+  EXPECT_EQ(estimate_kv(m, 100).bytes, 100 * heads);
+  m.arch = "deepseek2";  // an MLA family without its latent width: no estimate
+  EXPECT_EQ(estimate_kv(m, 100).bytes, 0u);
+  // gpt-oss: layers 0 and 2 keep a ring (window + step, fixed), 1 and 3 grow with the context.
+  m.arch = "gpt-oss";
+  const KvEstimate swa = estimate_kv(m, 4096, engine_kv_config(KvType::kF32, KvType::kF32));
+  EXPECT_EQ(swa.bytes_per_token, heads / 2);
+  EXPECT_GT(swa.fixed_bytes, 0u);
+}
+
 // A plan whose fixed costs (100 B resident, 50 B KV, no margin) take 150 B of `usable`.
 Verdict verdict_at(uint64_t usable, uint64_t routed = 1000) {
   MemoryFacts f;

@@ -88,6 +88,27 @@ TEST(TensorClass, LayoutsBeyondTheReferenceSet) {
   EXPECT_EQ(classify_tensor("output.weight", 46), TensorClass::Output);
 }
 
+// A family sluice runs says which tensors are its routed experts (its registry entry); the name
+// patterns of every layout answer only for other architectures.
+TEST(TensorClass, RoutedExpertsAreTheFamilysRule) {
+  for (const char* arch : {"qwen3moe", "deepseek2", "deepseek4", "glm4moe", "gpt-oss", "llama"}) {
+    SCOPED_TRACE(arch);
+    EXPECT_EQ(classify_tensor("blk.7.ffn_up_exps.weight", -1, arch), TensorClass::RoutedExpert);
+    EXPECT_EQ(classify_tensor("blk.7.ffn_down_exps.bias", -1, arch), TensorClass::RoutedExpert);
+    // No family sluice runs loads a fused gate_up expert tensor: it would never be streamed.
+    EXPECT_EQ(classify_tensor("blk.7.ffn_gate_up_exps.weight", -1, arch), TensorClass::Other);
+    EXPECT_EQ(classify_tensor("blk.46.ffn_up_exps.weight", 46, arch), TensorClass::Other);
+  }
+  // One tensor per expert is llama's (Mixtral) alone; to qwen3moe ffn_gate.3 is no expert.
+  EXPECT_EQ(classify_tensor("blk.7.ffn_gate.3.weight", -1, "llama"), TensorClass::RoutedExpert);
+  EXPECT_EQ(classify_tensor("blk.7.ffn_gate.3.weight", -1, "qwen3moe"), TensorClass::DenseFfn);
+  EXPECT_EQ(classify_tensor("blk.7.ffn_gate.x.weight", -1, "llama"), TensorClass::DenseFfn);
+  EXPECT_EQ(classify_tensor("blk.7.ffn_gate.weight", -1, "llama"), TensorClass::DenseFfn);
+  // An architecture sluice cannot run: the patterns.
+  EXPECT_EQ(classify_tensor("blk.7.ffn_gate_up_exps.weight", -1, "mystery"), TensorClass::RoutedExpert);
+  EXPECT_EQ(classify_tensor("blk.7.ffn_gate.3.weight", -1, "mystery"), TensorClass::RoutedExpert);
+}
+
 TEST(TensorClass, LayerOf) {
   EXPECT_EQ(layer_of("blk.0.attn_q.weight"), 0);
   EXPECT_EQ(layer_of("blk.61.ffn_up_exps.weight"), 61);

@@ -39,9 +39,10 @@ class DeepSeek2 final : public Model {
     // DeepSeek V3's MTP block, when a converter keeps it, is counted in block_count after the
     // main layers (the GLM-4.5 layout); it is loaded only for MTP drafting (Model::load_mtp).
     take_mtp_layers(f);
-    q_lora_ = f.get_int_or(a + "attention.q_lora_rank", 0);
+    q_lora_ = hp_.q_lora_rank;
     mc_.n_head = static_cast<int>(n_head);
-    mc_.kv_lora = static_cast<int>(f.get_int(a + "attention.kv_lora_rank"));
+    if (hp_.kv_lora_rank == 0) fail("metadata key '{}attention.kv_lora_rank' is missing or 0", a);
+    mc_.kv_lora = hp_.kv_lora_rank;
     mc_.n_rot = hp_.rope.n_rot;
     const bool split = f.has(a + "attention.key_length_mla");
     hd_k_ = split ? static_cast<int>(f.get_int(a + "attention.key_length_mla")) : hp_.head_dim_k;

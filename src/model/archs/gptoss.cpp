@@ -4,7 +4,9 @@
 // context) → residual → RMSNorm (post_attention_norm) → MoE: router with bias, top-k of the
 // logits, softmax over the chosen logits, experts with biases and the clamped gpt-oss SwiGLU
 // (gate·σ(1.702·gate)·(up + 1)) → residual. Every layer is MoE; there is no shared expert.
+#include <algorithm>
 #include <memory>
+#include <vector>
 
 #include "core/error.h"
 #include "gguf/gguf.h"
@@ -12,6 +14,13 @@
 #include "model/weights.h"
 
 namespace sluice {
+
+// llama.cpp hard-codes the pattern for gpt-oss: of every two layers the first is windowed.
+std::vector<bool> gptoss_windowed_layers(int n_layer) {
+  std::vector<bool> swa(std::max(0, n_layer), false);
+  for (int il = 0; il < n_layer; il += 2) swa[il] = true;
+  return swa;
+}
 
 namespace {
 
@@ -21,6 +30,7 @@ class GptOss final : public DecoderModel {
     hp_.rope.type = RopeType::kNeox;
     if (hp_.n_expert == 0) fail("gpt-oss model without {}.expert_count", hp_.arch);
     if (hp_.sliding_window <= 0) fail("gpt-oss model without {}.attention.sliding_window", hp_.arch);
+    hp_.swa_layers = gptoss_windowed_layers(hp_.n_layer);
     // llama.cpp views each head as n_rot values and scales q·k by 1/sqrt(n_rot): both assume
     // fully rotated heads.
     const int64_t hd = hp_.head_dim_k;

@@ -52,7 +52,7 @@ class DeepSeek4 final : public Model {
     const std::string a = hp_.arch + ".";
     // An MTP block (its own nextn.* tensors), when a file counts it in block_count, is not a layer
     // of the main model.
-    const int64_t n_mtp = f.get_int_or(a + "nextn_predict_layers", 0);
+    const int64_t n_mtp = hp_.n_nextn;
     if (n_mtp < 0 || n_mtp >= hp_.n_layer)
       fail("metadata key '{}nextn_predict_layers' is {}, expected 0..{}", a, n_mtp,
            hp_.n_layer - 1);
@@ -91,7 +91,8 @@ class DeepSeek4 final : public Model {
     hc_.eps = static_cast<float>(f.get_float_or(a + "hyper_connection.epsilon", 1e-6));
     hc_.rms_eps = hp_.rms_eps;
 
-    std::vector<int64_t> ratios = f.get_int_array(a + "attention.compress_ratios");
+    const std::vector<int64_t>& ratios = hp_.compress_ratios;
+    if (ratios.empty()) fail("metadata key '{}attention.compress_ratios' is missing", a);
     if (static_cast<int>(ratios.size()) < L)
       fail(
           "metadata key '{}attention.compress_ratios' has {} entries, expected at least "
