@@ -42,7 +42,16 @@ const std::vector<ArchEntry>& arch_registry();
 // The entry of `arch`; null for an architecture sluice cannot run.
 const ArchEntry* find_arch(std::string_view arch);
 
-// Loads the architecture named by general.architecture; throws naming unsupported ones.
+// How `m`'s layers cache K/V: its family's kind; for an architecture sluice cannot run, the MLA
+// latent when the file names a kv_lora_rank, else K/V heads.
+KvKind kv_kind(const ModelSummary& m);
+// The KV cache `m` describes under that kind's rule, for every block of the file (completing
+// absent keys as read_hparams does): what estimate_kv sizes and the loaded model's cache holds.
+// Empty when the keys the rule needs are missing or out of range.
+KvShape kv_shape(const ModelSummary& m);
+
+// Loads the architecture named by general.architecture and hands it its KV shape (kv_shape);
+// throws naming unsupported ones.
 std::unique_ptr<Model> load_model(const gguf::File& file);
 std::vector<std::string> supported_architectures();
 

@@ -150,23 +150,24 @@ class DeepSeek4 final : public Model {
     }
   }
 
+  // The cache's sizes are the architecture's KV rule (Model::kv_shape, the planner's): its main
+  // layers' ratios (a loaded MTP block's entry in ratio_ is not theirs), stored as the key type.
   std::unique_ptr<KvCache> make_kv_cache(int n_ctx, const KvCacheConfig& config) const override {
-    return std::make_unique<Ds4KvCache>(cache_shape(ds4_row_type(config)), n_ctx);
-  }
-
-  // The main layers' cache (a loaded MTP block's entry in ratio_ is not theirs).
-  Ds4CacheShape cache_shape(KvType type) const {
-    return {std::vector<int>(ratio_.begin(), ratio_.begin() + hp_.n_layer), D_, Id_, W_, type};
+    Ds4CacheShape shape = stated_shape(config);
+    if (static_cast<int>(shape.ratio.size()) < hp_.n_layer)
+      fail("internal: deepseek4's KV shape has {} layers, the model {}", shape.ratio.size(), hp_.n_layer);
+    shape.ratio.resize(hp_.n_layer);
+    return std::make_unique<Ds4KvCache>(std::move(shape), n_ctx);
   }
 
   // The MTP block's window ring alone: the main layers' entries are absent.
   std::unique_ptr<KvCache> make_mtp_kv_cache(int n_ctx,
                                              const KvCacheConfig& config) const override {
     if (!mtp_loaded()) fail("internal: MTP KV cache asked for without a loaded MTP block");
-    std::vector<int> ratio(hp_.n_layer + 1, Ds4CacheShape::kAbsent);
-    ratio[hp_.n_layer] = 0;
-    return std::make_unique<Ds4KvCache>(
-        Ds4CacheShape{std::move(ratio), D_, Id_, W_, ds4_row_type(config)}, n_ctx);
+    Ds4CacheShape shape = stated_shape(config);
+    shape.ratio.assign(hp_.n_layer + 1, Ds4CacheShape::kAbsent);
+    shape.ratio[hp_.n_layer] = 0;
+    return std::make_unique<Ds4KvCache>(std::move(shape), n_ctx);
   }
 
  protected:
@@ -254,6 +255,20 @@ class DeepSeek4 final : public Model {
   }
 
  private:
+  // kv_shape()'s compressed cache with `config`'s row type, once checked against the sizes the
+  // layers attend with (read from the same keys, so only a broken rule can fail it).
+  Ds4CacheShape stated_shape(const KvCacheConfig& config) const {
+    if (!kv_shape().compressed) fail("internal: deepseek4 model without its KV shape (load it with load_model)");
+    Ds4CacheShape s = *kv_shape().compressed;
+    const bool same_ratios = s.ratio.size() >= static_cast<size_t>(hp_.n_layer) &&
+                             std::equal(s.ratio.begin(), s.ratio.begin() + hp_.n_layer, ratio_.begin());
+    if (!same_ratios || s.head_dim != D_ || s.index_dim != Id_ || s.window != W_)
+      fail("internal: deepseek4's KV shape (D={} Id={} W={}) is not its layers' (D={} Id={} W={})", s.head_dim,
+           s.index_dim, s.window, D_, Id_, W_);
+    s.type = ds4_row_type(config);
+    return s;
+  }
+
   struct Layer {
     HcWeights hc_attn, hc_ffn;
     Tensor attn_norm;  // (d)
