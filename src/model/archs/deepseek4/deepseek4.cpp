@@ -48,7 +48,8 @@ std::vector<float> layer_floats(const gguf::File& f, const std::string& key, int
 
 class DeepSeek4 final : public Model {
  public:
-  explicit DeepSeek4(const gguf::File& f) : Model(read_hparams(f)) {
+  // The router's sqrt(softplus) where the file does not name its gating.
+  explicit DeepSeek4(const gguf::File& f) : Model(read_hparams(f, {.gating = GatingFunc::kSqrtSoftplus})) {
     const std::string a = hp_.arch + ".";
     // An MTP block (its own nextn.* tensors), when a file counts it in block_count, is not a layer
     // of the main model.
@@ -109,13 +110,14 @@ class DeepSeek4 final : public Model {
     }
     if (any_csa) {
       Ih_ = key_int(f, a + "attention.indexer.head_count", 1, 1 << 16);
-      Id_ = key_int(f, a + "attention.indexer.key_length", R, 1 << 16);
+      Id_ = hp_.indexer_key_length;
+      if (Id_ == 0) fail("metadata key '{}attention.indexer.key_length' is missing", a);
+      if (Id_ < R) fail("metadata key '{}attention.indexer.key_length' is {}, expected {}..{}", a, Id_, R, 1 << 16);
       It_ = key_int(f, a + "attention.indexer.top_k", 1, 1 << 30);
     }
 
     if (hp_.n_expert <= 0 || hp_.n_ff_exp <= 0)
       fail("deepseek4: needs {}expert_count and {}expert_feed_forward_length", a, a);
-    if (!f.has(a + "expert_gating_func")) hp_.gating = GatingFunc::kSqrtSoftplus;
     if (hp_.gating != GatingFunc::kSqrtSoftplus)
       fail("metadata key '{}expert_gating_func' must be 4 (sqrt(softplus))", a);
     n_hash_ = static_cast<int>(f.get_int_or(a + "hash_layer_count", 0));
