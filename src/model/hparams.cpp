@@ -170,7 +170,8 @@ HParams read_hparams(const gguf::File& f, const HParamDefaults& defaults) {
   hp.kv_lora_rank = static_cast<int>(m.kv_lora_rank.value_or(0));
   hp.compress_ratios = m.compress_ratios;
   if (m.indexer_key_length && (*m.indexer_key_length <= 0 || *m.indexer_key_length > (1 << 16)))
-    fail("metadata key '{}attention.indexer.key_length' is {}, expected 1..{}", a, *m.indexer_key_length, 1 << 16);
+    fail("metadata key '{}attention.indexer.key_length' is {}, expected 1..{}", a,
+         *m.indexer_key_length, 1 << 16);
   hp.indexer_key_length = static_cast<int>(m.indexer_key_length.value_or(0));
   hp.swa_layers.assign(hp.n_layer, false);  // the files do not say: a family's loader sets its pattern
 

@@ -3,10 +3,10 @@
 // unfamiliar or vocab-only files from; HParams is that summary checked and completed with the
 // defaults, for the forward pass. These keys are read in one place (read_model_summary); a family's
 // file reads only keys of its own (DeepSeek V4's hyper-connections, ...) and states, where its
-// default differs, what an absent shared key means (HParamDefaults: glm4moe's and deepseek4's gating). One struct
-// serves every architecture; fields an architecture does not use keep their neutral defaults.
-// Per-layer values (head counts, feed-forward sizes, sliding window) are expanded to vectors so
-// layers never re-read keys.
+// default differs, what an absent shared key means (HParamDefaults: glm4moe's and deepseek4's
+// gating). One struct serves every architecture; fields an architecture does not use keep their
+// neutral defaults. Per-layer values (head counts, feed-forward sizes, sliding window) are expanded
+// to vectors so layers never re-read keys.
 #pragma once
 
 #include <cstdint>

@@ -47,8 +47,8 @@ void Model::set_kv_rule(KvRule rule, const ModelSummary& summary) {
 
 std::unique_ptr<KvCache> Model::make_kv_cache(int n_ctx, const KvCacheConfig& config) const {
   if (static_cast<int>(kv_shape_.layers.size()) < hp_.n_layer)
-    fail("internal: the {} model has no KV shape for its {} layers (load it with load_model)", hp_.arch,
-         hp_.n_layer);
+    fail("internal: the {} model has no KV shape for its {} layers (load it with load_model)",
+         hp_.arch, hp_.n_layer);
   // Layers of other pipeline stages keep no K/V here (no heads).
   std::vector<KvLayerShape> layers(hp_.n_layer);
   for (int il = layer_begin(); il < layer_end(); ++il) layers[il] = kv_shape_.layers[il];
@@ -232,7 +232,8 @@ void Model::load_mtp(const gguf::File& file, uint32_t part_base) {
 std::unique_ptr<KvCache> Model::make_mtp_kv_cache(int n_ctx, const KvCacheConfig& config) const {
   if (!mtp_loaded_) fail("internal: MTP KV cache asked for without a loaded MTP block");
   if (static_cast<int>(kv_shape_.layers.size()) <= hp_.n_layer)
-    fail("internal: the {} model has no KV shape for its MTP block (blk.{})", hp_.arch, hp_.n_layer);
+    fail("internal: the {} model has no KV shape for its MTP block (blk.{})", hp_.arch,
+         hp_.n_layer);
   std::vector<KvLayerShape> layers(hp_.n_layer + 1);
   layers[hp_.n_layer] = kv_shape_.layers[hp_.n_layer];
   return std::make_unique<KvCache>(std::move(layers), n_ctx, config);

@@ -53,7 +53,6 @@ class Model {
   bool first_stage() const { return layer_begin_ == 0; }
   bool last_stage() const { return layer_end() == hp_.n_layer; }
 
-
   // The rule that states this architecture's KV cache from a file's keys (archs/registry.h,
   // kv_shape; the planner sizes with the same rule) and the model file's summary: load_model hands
   // both over, so the cache is never described a second time here. The rule is kept for a

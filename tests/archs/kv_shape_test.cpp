@@ -82,7 +82,8 @@ TEST(KvShape, EveryReferenceModelsCacheIsThePlannersEstimate) {
     EXPECT_NO_THROW(model->forward(pool, batch, *cache, *experts, logits));
     EXPECT_EQ(static_cast<int64_t>(logits.size()), int64_t{model->hparams().n_vocab});
   }
-  // One reference model per architecture sluice runs (qwen3 dense shares qwen3moe's loader and rule).
+  // One reference model per architecture sluice runs (qwen3 dense shares qwen3moe's loader and
+  // rule).
   for (const char* arch : {"deepseek2", "deepseek4", "glm4moe", "gpt-oss", "llama", "qwen3moe"})
     EXPECT_TRUE(archs.count(arch)) << arch << " has no reference model";
 }

@@ -1,6 +1,7 @@
 // Hyperparameters from GGUF keys: read_model_summary reads every `<arch>.*` key once, leniently,
 // and read_hparams checks and completes that summary. Here: the two agree on a file with per-layer
-// arrays and YaRN keys, the defaults of absent keys (a family's own where it states one), and the errors naming a missing or invalid key.
+// arrays and YaRN keys, the defaults of absent keys (a family's own where it states one), and the
+// errors naming a missing or invalid key.
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -153,7 +154,8 @@ TEST(HParams, ErrorsNameTheKey) {
             "metadata key 'llama.expert_used_count' is missing or 0");
   EXPECT_EQ(hparams_error(write_header("hp_indexer.gguf",
                                        [](gguf::Writer& w) {
-                                         w.set("llama.attention.indexer.key_length", gguf::Value::u32(1 << 20));
+                                         w.set("llama.attention.indexer.key_length",
+                                               gguf::Value::u32(1 << 20));
                                        })),
             "metadata key 'llama.attention.indexer.key_length' is 1048576, expected 1..65536");
 }

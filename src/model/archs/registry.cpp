@@ -76,7 +76,8 @@ KvShape kv_shape(const ModelSummary& m) {
     case KvKind::kCompressed: {
       // kv/ds4_cache.h: a window ring per layer, pooled rows on compressed layers, indexer keys on
       // ratio-4 layers. compress_ratios may run past block_count (MTP entries).
-      if (!m.sliding_window || *m.sliding_window <= 0 || *m.sliding_window > INT32_MAX) return shape;
+      if (!m.sliding_window || *m.sliding_window <= 0 || *m.sliding_window > INT32_MAX)
+        return shape;
       Ds4CacheShape c;
       const size_t n = std::min(m.compress_ratios.size(), static_cast<size_t>(n_block));
       for (size_t il = 0; il < n; ++il) {
@@ -86,7 +87,9 @@ KvShape kv_shape(const ModelSummary& m) {
       }
       const bool indexed = std::find(c.ratio.begin(), c.ratio.end(), 4) != c.ratio.end();
       c.head_dim = static_cast<int>(*key);
-      c.index_dim = indexed ? static_cast<int>(std::clamp<int64_t>(m.indexer_key_length.value_or(0), 0, INT32_MAX)) : 0;
+      c.index_dim = indexed ? static_cast<int>(std::clamp<int64_t>(m.indexer_key_length.value_or(0),
+                                                                   0, INT32_MAX))
+                            : 0;
       c.window = static_cast<int>(*m.sliding_window);
       shape.compressed = std::move(c);
       return shape;
@@ -107,14 +110,17 @@ KvShape kv_shape(const ModelSummary& m) {
       const std::vector<int64_t>& heads = m.n_head_kv.empty() ? m.n_head : m.n_head_kv;
       const int64_t v = m.value_length.value_or(*key);
       if (heads.empty() || v < 0 || v > INT32_MAX) return shape;
-      const bool per_layer = !m.n_head_kv.empty() && m.n_head_kv.size() == static_cast<size_t>(n_block);
-      const std::vector<bool> swa = entry && entry->windowed_layers ? entry->windowed_layers(n_block)
-                                                                    : std::vector<bool>(n_block, false);
-      const int window = static_cast<int>(std::clamp<int64_t>(m.sliding_window.value_or(0), 0, INT32_MAX));
+      const bool per_layer =
+          !m.n_head_kv.empty() && m.n_head_kv.size() == static_cast<size_t>(n_block);
+      const std::vector<bool> swa = entry && entry->windowed_layers
+                                        ? entry->windowed_layers(n_block)
+                                        : std::vector<bool>(n_block, false);
+      const int window =
+          static_cast<int>(std::clamp<int64_t>(m.sliding_window.value_or(0), 0, INT32_MAX));
       for (int il = 0; il < n_block; ++il) {
         const int64_t h = per_layer ? heads[il] : heads[0];
-        shape.layers.push_back({static_cast<int>(std::clamp<int64_t>(h, 0, INT32_MAX)), static_cast<int>(*key),
-                                static_cast<int>(v), swa[il] ? window : 0});
+        shape.layers.push_back({static_cast<int>(std::clamp<int64_t>(h, 0, INT32_MAX)),
+                                static_cast<int>(*key), static_cast<int>(v), swa[il] ? window : 0});
       }
       return shape;
     }

@@ -1,8 +1,8 @@
 // The one table of architectures: per family (general.architecture) its loader and the metadata
-// rules that sizing, the memory plan, inspect and gen-model read without loading it: how its
-// layers cache K/V, which layers are windowed, which tensors are routed experts and gen-model's
-// writer. A plain table (not static self-registration) because libsluice is a static library and
-// unreferenced registrars vanish; the families' functions are declared beside the table
+// rules that sizing, the memory plan, inspect, gen-model and the loaded model's KV cache read: how
+// its layers cache K/V (kv_shape), which layers are windowed, which tensors are routed experts and
+// gen-model's writer. A plain table (not static self-registration) because libsluice is a static
+// library and unreferenced registrars vanish; the families' functions are declared beside the table
 // (registry.cpp), so adding one touches its own file and that line.
 #pragma once
 
@@ -17,7 +17,8 @@ namespace sluice {
 
 namespace gen { class ModelBuilder; }
 
-// What one layer keeps per position, as the family's model makes its cache (Model::make_kv_cache).
+// What one layer keeps per position: the kind of kv_shape's rule (below), which both the planner
+// and the loaded model's cache (Model::make_kv_cache) follow.
 enum class KvKind {
   kHeads,       // K and V rows per KV head (GQA): head_count_kv × key_length / value_length
   kLatent,      // MLA: one latent row of kv_lora_rank + the rotary dims; values are read from it

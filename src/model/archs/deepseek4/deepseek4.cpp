@@ -49,7 +49,8 @@ std::vector<float> layer_floats(const gguf::File& f, const std::string& key, int
 class DeepSeek4 final : public Model {
  public:
   // The router's sqrt(softplus) where the file does not name its gating.
-  explicit DeepSeek4(const gguf::File& f) : Model(read_hparams(f, {.gating = GatingFunc::kSqrtSoftplus})) {
+  explicit DeepSeek4(const gguf::File& f)
+      : Model(read_hparams(f, {.gating = GatingFunc::kSqrtSoftplus})) {
     const std::string a = hp_.arch + ".";
     // An MTP block (its own nextn.* tensors), when a file counts it in block_count, is not a layer
     // of the main model.
@@ -112,7 +113,9 @@ class DeepSeek4 final : public Model {
       Ih_ = key_int(f, a + "attention.indexer.head_count", 1, 1 << 16);
       Id_ = hp_.indexer_key_length;
       if (Id_ == 0) fail("metadata key '{}attention.indexer.key_length' is missing", a);
-      if (Id_ < R) fail("metadata key '{}attention.indexer.key_length' is {}, expected {}..{}", a, Id_, R, 1 << 16);
+      if (Id_ < R)
+        fail("metadata key '{}attention.indexer.key_length' is {}, expected {}..{}", a, Id_, R,
+             1 << 16);
       It_ = key_int(f, a + "attention.indexer.top_k", 1, 1 << 30);
     }
 
@@ -157,7 +160,8 @@ class DeepSeek4 final : public Model {
   std::unique_ptr<KvCache> make_kv_cache(int n_ctx, const KvCacheConfig& config) const override {
     Ds4CacheShape shape = stated_shape(config);
     if (static_cast<int>(shape.ratio.size()) < hp_.n_layer)
-      fail("internal: deepseek4's KV shape has {} layers, the model {}", shape.ratio.size(), hp_.n_layer);
+      fail("internal: deepseek4's KV shape has {} layers, the model {}", shape.ratio.size(),
+           hp_.n_layer);
     shape.ratio.resize(hp_.n_layer);
     return std::make_unique<Ds4KvCache>(std::move(shape), n_ctx);
   }
@@ -260,13 +264,15 @@ class DeepSeek4 final : public Model {
   // kv_shape()'s compressed cache with `config`'s row type, once checked against the sizes the
   // layers attend with (read from the same keys, so only a broken rule can fail it).
   Ds4CacheShape stated_shape(const KvCacheConfig& config) const {
-    if (!kv_shape().compressed) fail("internal: deepseek4 model without its KV shape (load it with load_model)");
+    if (!kv_shape().compressed)
+      fail("internal: deepseek4 model without its KV shape (load it with load_model)");
     Ds4CacheShape s = *kv_shape().compressed;
-    const bool same_ratios = s.ratio.size() >= static_cast<size_t>(hp_.n_layer) &&
-                             std::equal(s.ratio.begin(), s.ratio.begin() + hp_.n_layer, ratio_.begin());
+    const bool same_ratios =
+        s.ratio.size() >= static_cast<size_t>(hp_.n_layer) &&
+        std::equal(s.ratio.begin(), s.ratio.begin() + hp_.n_layer, ratio_.begin());
     if (!same_ratios || s.head_dim != D_ || s.index_dim != Id_ || s.window != W_)
-      fail("internal: deepseek4's KV shape (D={} Id={} W={}) is not its layers' (D={} Id={} W={})", s.head_dim,
-           s.index_dim, s.window, D_, Id_, W_);
+      fail("internal: deepseek4's KV shape (D={} Id={} W={}) is not its layers' (D={} Id={} W={})",
+           s.head_dim, s.index_dim, s.window, D_, Id_, W_);
     s.type = ds4_row_type(config);
     return s;
   }
