@@ -30,6 +30,16 @@ void attention_block(ForwardContext& ctx, int il, const AttentionWeights& w, con
   const int64_t q_dim = static_cast<int64_t>(c.n_head) * c.head_dim_k;
   const int64_t k_dim = static_cast<int64_t>(c.n_head_kv) * c.head_dim_k;
   const int64_t v_dim = static_cast<int64_t>(c.n_head_kv) * c.head_dim_v;
+  // The cache is laid out by the architecture's KV rule (Model::kv_shape), the layer by its
+  // hparams: a disagreement would store rows of the wrong width.
+  const KvLayerShape& cs = ctx.kv.shape(il);
+  if (cs.n_head != c.n_head_kv || cs.head_dim_k != c.head_dim_k || cs.head_dim_v != c.head_dim_v ||
+      cs.window != c.window)
+    fail(
+        "internal: layer {} KV cache holds {} heads of {}/{} floats (window {}), attention needs "
+        "{} of {}/{} (window {})",
+        il, cs.n_head, cs.head_dim_k, cs.head_dim_v, cs.window, c.n_head_kv, c.head_dim_k,
+        c.head_dim_v, c.window);
   std::vector<float> xn(n_tok * n_embd), q(n_tok * q_dim), k(n_tok * k_dim), v(n_tok * v_dim);
   for (int64_t t = 0; t < n_tok; ++t) rmsnorm(x + t * n_embd, w.norm.f32(), xn.data() + t * n_embd, n_embd, c.eps);
   ctx.dump("attn_norm", il, xn.data(), n_embd);

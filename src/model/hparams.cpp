@@ -100,7 +100,7 @@ ModelSummary read_model_summary(const gguf::File& f) {
   return m;
 }
 
-HParams read_hparams(const gguf::File& f) {
+HParams read_hparams(const gguf::File& f, const HParamDefaults& defaults) {
   const ModelSummary m = read_model_summary(f);
   HParams hp;
   hp.arch = m.arch;
@@ -153,11 +153,15 @@ HParams read_hparams(const gguf::File& f) {
   hp.expert_weights_norm = m.expert_weights_norm.value_or(false);
   hp.expert_weights_scale = static_cast<float>(m.expert_weights_scale.value_or(1.0));
   if (hp.expert_weights_scale == 0.0f) hp.expert_weights_scale = 1.0f;
-  const int64_t gating = m.gating_func.value_or(0);
-  hp.gating = gating == 2   ? GatingFunc::kSigmoid
-              : gating == 3 ? GatingFunc::kSoftmaxWeight
-              : gating == 4 ? GatingFunc::kSqrtSoftplus
-                            : GatingFunc::kSoftmax;
+  if (m.gating_func) {
+    const int64_t gating = *m.gating_func;
+    hp.gating = gating == 2   ? GatingFunc::kSigmoid
+                : gating == 3 ? GatingFunc::kSoftmaxWeight
+                : gating == 4 ? GatingFunc::kSqrtSoftplus
+                              : GatingFunc::kSoftmax;
+  } else {
+    hp.gating = defaults.gating;
+  }
   hp.n_expert_groups = static_cast<int>(m.n_expert_groups.value_or(0));
   hp.n_group_used = static_cast<int>(m.n_group_used.value_or(0));
   hp.n_nextn = m.n_mtp_layers.value_or(0);
@@ -165,6 +169,10 @@ HParams read_hparams(const gguf::File& f) {
   hp.q_lora_rank = static_cast<int>(m.q_lora_rank.value_or(0));
   hp.kv_lora_rank = static_cast<int>(m.kv_lora_rank.value_or(0));
   hp.compress_ratios = m.compress_ratios;
+  if (m.indexer_key_length && (*m.indexer_key_length <= 0 || *m.indexer_key_length > (1 << 16)))
+    fail("metadata key '{}attention.indexer.key_length' is {}, expected 1..{}", a,
+         *m.indexer_key_length, 1 << 16);
+  hp.indexer_key_length = static_cast<int>(m.indexer_key_length.value_or(0));
   hp.swa_layers.assign(hp.n_layer, false);  // the files do not say: a family's loader sets its pattern
 
   hp.n_vocab = m.vocab_size ? static_cast<int>(*m.vocab_size)

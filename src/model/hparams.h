@@ -2,11 +2,11 @@
 // keys state, read leniently (absent keys stay unset), which `sluice inspect` prints and sizes
 // unfamiliar or vocab-only files from; HParams is that summary checked and completed with the
 // defaults, for the forward pass. These keys are read in one place (read_model_summary); a family's
-// file reads only keys of its own (DeepSeek V4's hyper-connections, ...) and, where its default
-// differs, whether a shared key is present (glm4moe's gating). One struct
-// serves every architecture; fields an architecture does not use keep their neutral defaults.
-// Per-layer values (head counts, feed-forward sizes, sliding window) are expanded to vectors so
-// layers never re-read keys.
+// file reads only keys of its own (DeepSeek V4's hyper-connections, ...) and states, where its
+// default differs, what an absent shared key means (HParamDefaults: glm4moe's and deepseek4's
+// gating). One struct serves every architecture; fields an architecture does not use keep their
+// neutral defaults. Per-layer values (head counts, feed-forward sizes, sliding window) are expanded
+// to vectors so layers never re-read keys.
 #pragma once
 
 #include <cstdint>
@@ -81,6 +81,7 @@ struct HParams {
   float attn_scale = 0.0f;              // 0: 1/sqrt(head_dim_k)
   int q_lora_rank = 0, kv_lora_rank = 0;  // MLA (deepseek2): compressed query / KV widths; 0: absent
   std::vector<int64_t> compress_ratios;  // deepseek4: per layer (may run past n_layer); empty: absent
+  int indexer_key_length = 0;            // deepseek4: lightning indexer key size; 0: absent
 
   bool is_moe_layer(int il) const { return n_expert > 0 && il >= n_leading_dense; }
   int n_embd_k_gqa(int il) const { return n_head_kv[il] * head_dim_k; }
@@ -89,8 +90,13 @@ struct HParams {
 
 // The keys of general.architecture as the file states them; throws only on a key of the wrong type.
 ModelSummary read_model_summary(const gguf::File& file);
-// The summary checked and completed: throws naming a missing or invalid key. Arch files refine
-// (rope type, defaults, their windowed layers).
-HParams read_hparams(const gguf::File& file);
+// What a family assumes where its file leaves a shared key out.
+struct HParamDefaults {
+  GatingFunc gating = GatingFunc::kSoftmax;  // expert_gating_func
+};
+
+// The summary checked and completed (absent keys from `defaults` where the family has its own):
+// throws naming a missing or invalid key. Arch files refine (rope type, their windowed layers).
+HParams read_hparams(const gguf::File& file, const HParamDefaults& defaults = {});
 
 }  // namespace sluice

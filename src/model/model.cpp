@@ -40,10 +40,18 @@ void Model::set_layer_range(int begin, int end) {
     if (il < begin || il >= end) expert_layout_.layers[il] = ExpertLayerTensors{};
 }
 
+void Model::set_kv_rule(KvRule rule, const ModelSummary& summary) {
+  kv_rule_ = rule;
+  kv_shape_ = rule(summary);
+}
+
 std::unique_ptr<KvCache> Model::make_kv_cache(int n_ctx, const KvCacheConfig& config) const {
+  if (static_cast<int>(kv_shape_.layers.size()) < hp_.n_layer)
+    fail("internal: the {} model has no KV shape for its {} layers (load it with load_model)",
+         hp_.arch, hp_.n_layer);
   // Layers of other pipeline stages keep no K/V here (no heads).
   std::vector<KvLayerShape> layers(hp_.n_layer);
-  for (int il = layer_begin(); il < layer_end(); ++il) layers[il] = kv_layer(il);
+  for (int il = layer_begin(); il < layer_end(); ++il) layers[il] = kv_shape_.layers[il];
   return std::make_unique<KvCache>(std::move(layers), n_ctx, config);
 }
 
@@ -180,6 +188,15 @@ void Model::load_mtp(const gguf::File& file, uint32_t part_base) {
     extend(hp_.n_head_kv, "attention.head_count_kv");
     extend(hp_.n_ff, "feed_forward_length");
     if (static_cast<int>(hp_.swa_layers.size()) <= il) hp_.swa_layers.resize(il + 1, false);
+    // The block's KV shape by the same rule, over the MTP file's keys (its block_count reaches
+    // the block).
+    if (kv_rule_ && !kv_shape_.layers.empty()) {
+      const KvShape mtp_shape = kv_rule_(read_model_summary(file));
+      if (static_cast<int>(mtp_shape.layers.size()) <= il)
+        fail("the MTP file's keys do not state its block's KV cache (blk.{})", il);
+      kv_shape_.layers.resize(il + 1);
+      kv_shape_.layers[il] = mtp_shape.layers[il];
+    }
   } else if (n_mtp_file_ <= 0) {
     fail(
         "the model file has no MTP layers ({}nextn_predict_layers is absent or 0): --draft mtp "
@@ -214,8 +231,11 @@ void Model::load_mtp(const gguf::File& file, uint32_t part_base) {
 
 std::unique_ptr<KvCache> Model::make_mtp_kv_cache(int n_ctx, const KvCacheConfig& config) const {
   if (!mtp_loaded_) fail("internal: MTP KV cache asked for without a loaded MTP block");
+  if (static_cast<int>(kv_shape_.layers.size()) <= hp_.n_layer)
+    fail("internal: the {} model has no KV shape for its MTP block (blk.{})", hp_.arch,
+         hp_.n_layer);
   std::vector<KvLayerShape> layers(hp_.n_layer + 1);
-  layers[hp_.n_layer] = kv_layer(hp_.n_layer);
+  layers[hp_.n_layer] = kv_shape_.layers[hp_.n_layer];
   return std::make_unique<KvCache>(std::move(layers), n_ctx, config);
 }
 

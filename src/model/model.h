@@ -19,6 +19,7 @@
 #include "kv/kv_cache.h"
 #include "model/forward_context.h"
 #include "model/hparams.h"
+#include "model/kv_shape.h"
 #include "model/routing_tap.h"
 #include "tensor/tensor.h"
 
@@ -52,9 +53,16 @@ class Model {
   bool first_stage() const { return layer_begin_ == 0; }
   bool last_stage() const { return layer_end() == hp_.n_layer; }
 
-
+  // The rule that states this architecture's KV cache from a file's keys (archs/registry.h,
+  // kv_shape; the planner sizes with the same rule) and the model file's summary: load_model hands
+  // both over, so the cache is never described a second time here. The rule is kept for a
+  // separate MTP file (load_mtp), whose block lies past the model's.
+  using KvRule = KvShape (*)(const ModelSummary&);
+  void set_kv_rule(KvRule rule, const ModelSummary& summary);
+  const KvShape& kv_shape() const { return kv_shape_; }
   // The KV cache of this model for sequences of up to n_ctx positions (config: stored types and
-  // the step bound that lets windowed layers keep a ring; kv/kv_cache.h).
+  // the step bound that lets windowed layers keep a ring; kv/kv_cache.h), laid out as kv_shape()
+  // says for this stage's layers. Throws on a model loaded without a KV shape.
   virtual std::unique_ptr<KvCache> make_kv_cache(int n_ctx, const KvCacheConfig& config = {}) const;
   // Evaluates the batch: appends every token's K/V to the cache, reads routed experts through
   // `experts`, and writes n_vocab logits per token with want_logits set, in batch order, into
@@ -120,10 +128,6 @@ class Model {
   virtual void begin_forward(ForwardContext&) {}
   // The n_embd-vector the output norm and head see for each of n rows of residual streams.
   virtual void head_input(ThreadPool& pool, const float* x, int64_t n, float* h) const;
-  // What layer il caches per position (MLA stores one latent head and no values).
-  virtual KvLayerShape kv_layer(int il) const {
-    return {hp_.n_head_kv[il], hp_.head_dim_k, hp_.head_dim_v, hp_.swa_layers[il] ? hp_.sliding_window : 0};
-  }
   // Shared by architectures: token embedding, final norm and output head (tied when absent).
   void load_embedding_and_head(const gguf::File& file);
   // The nextn_predict_layers MTP blocks a file counts at the end of block_count (the GLM-4.5 /
@@ -180,6 +184,8 @@ class Model {
   };
   MtpHead mtp_{};
   bool mtp_loaded_ = false;
+  KvRule kv_rule_ = nullptr;
+  KvShape kv_shape_;  // per block of the model file; a separate MTP file's block appended
 };
 
 }  // namespace sluice

@@ -53,57 +53,32 @@ KvEstimate estimate_kv(const ModelSummary& m, int64_t ctx, const KvCacheConfig& 
   kv.ctx = ctx;
   kv.type_k = config.type_k;
   kv.type_v = config.type_v;
-  // The family's rule (its registry entry); a file of an architecture sluice cannot run gets the
-  // MLA latent when it names a kv_lora_rank, else K/V heads.
-  const ArchEntry* entry = find_arch(m.arch);
-  const KvKind kind = entry ? entry->kv : m.is_mla ? KvKind::kLatent : KvKind::kHeads;
+  // The family's rule (its registry entry, kv_shape), the one the loaded model's cache is laid
+  // out by, over the main layers (not the MTP blocks block_count counts).
+  const KvKind kind = kv_kind(m);
   kv.values_are_keys = kind != KvKind::kHeads;
-  // A layer count no real model comes near (a corrupt or hostile header) gets no estimate rather
-  // than per-layer tables of its size; loading such a file fails on its missing tensors anyway.
-  constexpr int64_t kMaxLayers = 1 << 16;
-  if (!m.n_layer || *m.n_layer <= 0 || *m.n_layer > kMaxLayers) return kv;
+  // DeepSeek V4 refuses a value type other than its key type (values are keys) before anything.
+  const KvType row_type = kind == KvKind::kCompressed ? ds4_row_type(config) : config.type_k;
+  if (!m.n_layer || *m.n_layer <= 0 || *m.n_layer > kMaxKvBlocks) return kv;
   kv.n_layer = std::max<int64_t>(0, *m.n_layer - m.n_mtp_layers.value_or(0));
-  if (kind == KvKind::kCompressed) {
+  const KvShape shape = kv_shape(m);
+  const size_t n_main = static_cast<size_t>(kv.n_layer);
+  if (shape.compressed) {
     // The cache's own rule (kv/ds4_cache.h): pooled rows and indexer keys per position, plus the
     // window ring and compressor states of every layer.
-    const KvType row_type = ds4_row_type(config);
-    if (!m.key_length || !m.sliding_window || static_cast<int64_t>(m.compress_ratios.size()) < kv.n_layer) return kv;
-    Ds4CacheShape shape;
-    shape.ratio.assign(m.compress_ratios.begin(), m.compress_ratios.begin() + kv.n_layer);
-    for (int r : shape.ratio)
-      if (r != 0 && r != 4 && r != 128) return kv;
-    shape.head_dim = static_cast<int>(*m.key_length);
-    shape.index_dim = static_cast<int>(m.indexer_key_length.value_or(0));
-    shape.window = static_cast<int>(*m.sliding_window);
-    shape.type = row_type;
-    kv.bytes_per_token = shape.bytes_per_position();
-    kv.fixed_bytes = shape.fixed_bytes();
+    if (shape.compressed->ratio.size() < n_main) return kv;
+    Ds4CacheShape c = *shape.compressed;
+    c.ratio.resize(n_main);
+    c.type = row_type;
+    kv.bytes_per_token = c.bytes_per_position();
+    kv.fixed_bytes = c.fixed_bytes();
   } else {
-    // The cache's own rule (KvLayout) over the layers the file describes.
+    // The cache's own rule (KvLayout) over those layers.
+    if (shape.layers.size() < n_main) return kv;
     KvLayout layout;
     layout.config = config;
     layout.n_ctx = static_cast<int>(std::clamp<int64_t>(ctx, 1, INT32_MAX));
-    if (kind == KvKind::kLatent) {
-      if (!m.is_mla) return kv;
-      // MLA caches the compressed KV latent plus the shared rotary key part, whatever the head count.
-      const int width = static_cast<int>(*m.kv_lora_rank + std::max<int64_t>(0, m.rope_dim.value_or(0)));
-      layout.layers.assign(kv.n_layer, KvLayerShape{1, width, 0, 0});
-    } else {
-      const std::vector<int64_t>& heads = m.n_head_kv.empty() ? m.n_head : m.n_head_kv;
-      std::optional<int64_t> k = m.key_length;
-      if (!k && m.n_embd && !m.n_head.empty() && m.n_head[0] > 0) k = *m.n_embd / m.n_head[0];
-      const int64_t v = m.value_length.value_or(k.value_or(0));
-      if (heads.empty() || !k || *k < 0 || v < 0) return kv;
-      const std::vector<bool> swa = entry && entry->windowed_layers ? entry->windowed_layers(static_cast<int>(kv.n_layer))
-                                                                    : std::vector<bool>(kv.n_layer, false);
-      const int window = static_cast<int>(m.sliding_window.value_or(0));
-      for (int64_t il = 0; il < kv.n_layer; ++il) {
-        const int64_t h = heads.size() == static_cast<size_t>(*m.n_layer) ? heads[il] : heads[0];
-        // Recurrent or attention-free layers (0 KV heads) keep no cache.
-        layout.layers.push_back({static_cast<int>(std::max<int64_t>(0, h)), static_cast<int>(*k), static_cast<int>(v),
-                                 swa[il] ? window : 0});
-      }
-    }
+    layout.layers.assign(shape.layers.begin(), shape.layers.begin() + n_main);
     kv.bytes_per_token = layout.bytes_per_position();
     kv.fixed_bytes = layout.fixed_bytes();
   }

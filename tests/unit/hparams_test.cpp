@@ -1,6 +1,7 @@
 // Hyperparameters from GGUF keys: read_model_summary reads every `<arch>.*` key once, leniently,
 // and read_hparams checks and completes that summary. Here: the two agree on a file with per-layer
-// arrays and YaRN keys, the defaults of absent keys, and the errors naming a missing or invalid key.
+// arrays and YaRN keys, the defaults of absent keys (a family's own where it states one), and the
+// errors naming a missing or invalid key.
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -110,6 +111,22 @@ TEST(HParams, DefaultsOfAbsentKeys) {
   EXPECT_EQ(hp.gating, GatingFunc::kSoftmax);
 }
 
+// A family's default for an absent shared key (glm4moe: sigmoid gating) applies only where the
+// file is silent; a stated key wins. DeepSeek V4's indexer key size is read here too.
+TEST(HParams, FamilyDefaultsOnlyForAbsentKeys) {
+  auto silent = gguf::File::open(write_header("hp_gating_absent.gguf", [](gguf::Writer& w) {
+    w.set("llama.attention.indexer.key_length", gguf::Value::u32(128));
+  }));
+  EXPECT_EQ(read_hparams(*silent).gating, GatingFunc::kSoftmax);
+  EXPECT_EQ(read_hparams(*silent, {.gating = GatingFunc::kSigmoid}).gating, GatingFunc::kSigmoid);
+  EXPECT_EQ(read_hparams(*silent).indexer_key_length, 128);
+  auto stated = gguf::File::open(write_header("hp_gating_stated.gguf", [](gguf::Writer& w) {
+    w.set("llama.expert_gating_func", gguf::Value::u32(1));
+  }));
+  EXPECT_EQ(read_hparams(*stated, {.gating = GatingFunc::kSigmoid}).gating, GatingFunc::kSoftmax);
+  EXPECT_EQ(read_hparams(*stated).indexer_key_length, 0);
+}
+
 TEST(HParams, ErrorsNameTheKey) {
   EXPECT_EQ(hparams_error(write_header("hp_no_blocks.gguf",
                                        [](gguf::Writer& w) { w.set("llama.block_count", gguf::Value::u32(0)); })),
@@ -135,4 +152,10 @@ TEST(HParams, ErrorsNameTheKey) {
   EXPECT_EQ(hparams_error(write_header("hp_used.gguf",
                                        [](gguf::Writer& w) { w.set("llama.expert_count", gguf::Value::u32(8)); })),
             "metadata key 'llama.expert_used_count' is missing or 0");
+  EXPECT_EQ(hparams_error(write_header("hp_indexer.gguf",
+                                       [](gguf::Writer& w) {
+                                         w.set("llama.attention.indexer.key_length",
+                                               gguf::Value::u32(1 << 20));
+                                       })),
+            "metadata key 'llama.attention.indexer.key_length' is 1048576, expected 1..65536");
 }

@@ -95,9 +95,6 @@ class DeepSeek2 final : public Model {
     ffn_block(ctx, il, L.ffn, router_, ExpertActivation::kSwiglu, hp_.rms_eps, x);
   }
 
-  // The cache holds the latent and the rope key; values are read from the latent.
-  KvLayerShape kv_layer(int) const override { return {1, mla_cache_width(mc_), 0, 0}; }
-
  private:
   struct Layer {
     MlaWeights attn;

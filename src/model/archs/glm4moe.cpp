@@ -18,7 +18,9 @@ namespace {
 
 class Glm4Moe final : public DecoderModel {
  public:
-  explicit Glm4Moe(const gguf::File& f) : DecoderModel(read_hparams(f)) {
+  // Sigmoid gating where the file does not say: what GLM-4.5 trains with.
+  explicit Glm4Moe(const gguf::File& f)
+      : DecoderModel(read_hparams(f, {.gating = GatingFunc::kSigmoid})) {
     const std::string a = hp_.arch + ".";
     // Multimodal GLM files rotate sections by separate position streams (M-RoPE).
     if (f.has(a + "rope.dimension_sections"))
@@ -26,8 +28,8 @@ class Glm4Moe final : public DecoderModel {
         if (s != 0) fail("{}: M-RoPE (rope.dimension_sections) is not supported", hp_.arch);
     hp_.rope.type = RopeType::kNeox;
     if (hp_.n_expert == 0) fail("glm4moe model without {}expert_count", a);
-    if (hp_.n_expert_shared < 1) fail("glm4moe model without a shared expert ({}expert_shared_count)", a);
-    if (!f.has(a + "expert_gating_func")) hp_.gating = GatingFunc::kSigmoid;  // what GLM-4.5 trains with
+    if (hp_.n_expert_shared < 1)
+      fail("glm4moe model without a shared expert ({}expert_shared_count)", a);
     take_mtp_layers(f);
     if (hp_.head_dim_v != hp_.head_dim_k)
       fail("{}: key and value head sizes differ ({} vs {})", hp_.arch, hp_.head_dim_k,

@@ -48,7 +48,9 @@ std::vector<float> layer_floats(const gguf::File& f, const std::string& key, int
 
 class DeepSeek4 final : public Model {
  public:
-  explicit DeepSeek4(const gguf::File& f) : Model(read_hparams(f)) {
+  // The router's sqrt(softplus) where the file does not name its gating.
+  explicit DeepSeek4(const gguf::File& f)
+      : Model(read_hparams(f, {.gating = GatingFunc::kSqrtSoftplus})) {
     const std::string a = hp_.arch + ".";
     // An MTP block (its own nextn.* tensors), when a file counts it in block_count, is not a layer
     // of the main model.
@@ -109,13 +111,16 @@ class DeepSeek4 final : public Model {
     }
     if (any_csa) {
       Ih_ = key_int(f, a + "attention.indexer.head_count", 1, 1 << 16);
-      Id_ = key_int(f, a + "attention.indexer.key_length", R, 1 << 16);
+      Id_ = hp_.indexer_key_length;
+      if (Id_ == 0) fail("metadata key '{}attention.indexer.key_length' is missing", a);
+      if (Id_ < R)
+        fail("metadata key '{}attention.indexer.key_length' is {}, expected {}..{}", a, Id_, R,
+             1 << 16);
       It_ = key_int(f, a + "attention.indexer.top_k", 1, 1 << 30);
     }
 
     if (hp_.n_expert <= 0 || hp_.n_ff_exp <= 0)
       fail("deepseek4: needs {}expert_count and {}expert_feed_forward_length", a, a);
-    if (!f.has(a + "expert_gating_func")) hp_.gating = GatingFunc::kSqrtSoftplus;
     if (hp_.gating != GatingFunc::kSqrtSoftplus)
       fail("metadata key '{}expert_gating_func' must be 4 (sqrt(softplus))", a);
     n_hash_ = static_cast<int>(f.get_int_or(a + "hash_layer_count", 0));
@@ -150,23 +155,25 @@ class DeepSeek4 final : public Model {
     }
   }
 
+  // The cache's sizes are the architecture's KV rule (Model::kv_shape, the planner's): its main
+  // layers' ratios (a loaded MTP block's entry in ratio_ is not theirs), stored as the key type.
   std::unique_ptr<KvCache> make_kv_cache(int n_ctx, const KvCacheConfig& config) const override {
-    return std::make_unique<Ds4KvCache>(cache_shape(ds4_row_type(config)), n_ctx);
-  }
-
-  // The main layers' cache (a loaded MTP block's entry in ratio_ is not theirs).
-  Ds4CacheShape cache_shape(KvType type) const {
-    return {std::vector<int>(ratio_.begin(), ratio_.begin() + hp_.n_layer), D_, Id_, W_, type};
+    Ds4CacheShape shape = stated_shape(config);
+    if (static_cast<int>(shape.ratio.size()) < hp_.n_layer)
+      fail("internal: deepseek4's KV shape has {} layers, the model {}", shape.ratio.size(),
+           hp_.n_layer);
+    shape.ratio.resize(hp_.n_layer);
+    return std::make_unique<Ds4KvCache>(std::move(shape), n_ctx);
   }
 
   // The MTP block's window ring alone: the main layers' entries are absent.
   std::unique_ptr<KvCache> make_mtp_kv_cache(int n_ctx,
                                              const KvCacheConfig& config) const override {
     if (!mtp_loaded()) fail("internal: MTP KV cache asked for without a loaded MTP block");
-    std::vector<int> ratio(hp_.n_layer + 1, Ds4CacheShape::kAbsent);
-    ratio[hp_.n_layer] = 0;
-    return std::make_unique<Ds4KvCache>(
-        Ds4CacheShape{std::move(ratio), D_, Id_, W_, ds4_row_type(config)}, n_ctx);
+    Ds4CacheShape shape = stated_shape(config);
+    shape.ratio.assign(hp_.n_layer + 1, Ds4CacheShape::kAbsent);
+    shape.ratio[hp_.n_layer] = 0;
+    return std::make_unique<Ds4KvCache>(std::move(shape), n_ctx);
   }
 
  protected:
@@ -254,6 +261,22 @@ class DeepSeek4 final : public Model {
   }
 
  private:
+  // kv_shape()'s compressed cache with `config`'s row type, once checked against the sizes the
+  // layers attend with (read from the same keys, so only a broken rule can fail it).
+  Ds4CacheShape stated_shape(const KvCacheConfig& config) const {
+    if (!kv_shape().compressed)
+      fail("internal: deepseek4 model without its KV shape (load it with load_model)");
+    Ds4CacheShape s = *kv_shape().compressed;
+    const bool same_ratios =
+        s.ratio.size() >= static_cast<size_t>(hp_.n_layer) &&
+        std::equal(s.ratio.begin(), s.ratio.begin() + hp_.n_layer, ratio_.begin());
+    if (!same_ratios || s.head_dim != D_ || s.index_dim != Id_ || s.window != W_)
+      fail("internal: deepseek4's KV shape (D={} Id={} W={}) is not its layers' (D={} Id={} W={})",
+           s.head_dim, s.index_dim, s.window, D_, Id_, W_);
+    s.type = ds4_row_type(config);
+    return s;
+  }
+
   struct Layer {
     HcWeights hc_attn, hc_ffn;
     Tensor attn_norm;  // (d)
