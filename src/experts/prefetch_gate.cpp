@@ -12,7 +12,12 @@ constexpr uint64_t kExploreEvery = 8;
 }  // namespace
 
 PrefetchGate::PrefetchGate(int n_layer)
-    : stats_(static_cast<size_t>(n_layer) * kRanks), calls_(static_cast<size_t>(n_layer), 0) {}
+    : stats_(static_cast<size_t>(n_layer) * kRanks), sets_(static_cast<size_t>(n_layer)),
+      calls_(static_cast<size_t>(n_layer), 0) {}
+
+bool PrefetchGate::judged_fit(const RankStats& r) {
+  return r.issued < kMinSamples || r.used >= kMinPrecision * r.issued;
+}
 
 void PrefetchGate::start_call(int il) {
   explore_ = ++calls_[static_cast<size_t>(il)] % kExploreEvery == 0;
@@ -21,12 +26,13 @@ void PrefetchGate::start_call(int il) {
     s.issued *= kDecay;
     s.used *= kDecay;
   }
+  RankStats& set = sets_[static_cast<size_t>(il)];
+  set.issued *= kDecay;
+  set.used *= kDecay;
 }
 
 bool PrefetchGate::admits(int il, int rank) const {
-  if (explore_) return true;
-  const RankStats& r = at(il, rank);
-  return r.issued < kMinSamples || r.used >= kMinPrecision * r.issued;
+  return explore_ || judged_fit(at(il, rank));
 }
 
 }  // namespace sluice

@@ -6,8 +6,11 @@
 // trained sluice-moe-128 it is 14 % into layer 1, whose router reads a hidden state layer 0 has
 // barely changed, and 73–84 % into the others), so a per-rank gate alone kept reading layer 1's
 // mostly wrong guesses. Every kExploreEvery-th call of a layer admits all its ranks so that a
-// rank that improves (routing that becomes predictable) is noticed. Unordered sets and certain
-// predictions are not gated.
+// rank that improves (routing that becomes predictable) is noticed. An unordered set (the
+// lookahead of several rows) is judged the same way, per layer: a prefill chunk's set is mostly
+// used, but a draft-verify pass's holds every draft's guesses, and rejected drafts' guesses are
+// wasted reads (on sluice-moe-128 streamed at 25 % they doubled the prefetches of free text under
+// `--draft auto`). Certain predictions are not gated.
 #pragma once
 
 #include <cstddef>
@@ -29,15 +32,21 @@ class PrefetchGate {
   bool admits(int il, int rank) const;
   void issued(int il, int rank) { at(il, rank).issued += 1; }
   void used(int il, int rank) { at(il, rank).used += 1; }
+  // The same for a member of an unordered set predicted for layer `il`.
+  bool admits_set(int il) const { return explore_ || judged_fit(sets_[static_cast<size_t>(il)]); }
+  void issued_set(int il) { sets_[static_cast<size_t>(il)].issued += 1; }
+  void used_set(int il) { sets_[static_cast<size_t>(il)].used += 1; }
 
  private:
   struct RankStats {
     double issued = 0, used = 0;
   };
+  static bool judged_fit(const RankStats& r);  // too few samples, or precise enough
   RankStats& at(int il, int rank) { return stats_[static_cast<size_t>(il) * kRanks + rank]; }
   const RankStats& at(int il, int rank) const { return stats_[static_cast<size_t>(il) * kRanks + rank]; }
 
   std::vector<RankStats> stats_;  // (n_layer, kRanks)
+  std::vector<RankStats> sets_;   // (n_layer)
   std::vector<uint64_t> calls_;   // per layer
   bool explore_ = false;
 };

@@ -166,9 +166,9 @@ class StreamStore final : public ExpertStore {
   }
 
  private:
-  // Ranked predictions pass the gate rank by rank; certain ones are read whatever the gate says
-  // and reserved until their layer runs (while their class has slots to spare). A prediction
-  // already cached costs nothing (a certain one reserves its slot).
+  // Ranked predictions pass the gate rank by rank, sets layer by layer; certain ones are read
+  // whatever the gate says and reserved until their layer runs (while their class has slots to
+  // spare). A prediction already cached costs nothing (a certain one reserves its slot).
   void prefetch_keys(int il, std::span<const int32_t> ids, SlotOrigin origin) {
     poll(false);
     gate_.start_call(il);
@@ -180,12 +180,14 @@ class StreamStore final : public ExpertStore {
       }
       const int rank = origin == SlotOrigin::kRanked ? PrefetchGate::rank_of(i) : -1;
       if (rank >= 0 && !gate_.admits(il, rank)) continue;
+      if (origin == SlotOrigin::kSet && !gate_.admits_set(il)) continue;
       const int32_t s = victim(arena_.class_of(key));
       if (s < 0) continue;
       Slot& sl = load(s, key, origin);
       sl.unused_prefetch = true;
       sl.prefetch_rank = static_cast<int8_t>(rank);
       if (rank >= 0) gate_.issued(il, rank);
+      if (origin == SlotOrigin::kSet) gate_.issued_set(il);
       ++key_prefetches_[key];
       if (origin == SlotOrigin::kCertain) {
         if (can_reserve(arena_.class_of(key))) reserve(s);
@@ -200,6 +202,7 @@ class StreamStore final : public ExpertStore {
     sl.unused_prefetch = false;
     ++stats_.prefetch_used;
     if (sl.origin == SlotOrigin::kRanked) gate_.used(sl.key / map_.n_expert, sl.prefetch_rank);
+    if (sl.origin == SlotOrigin::kSet) gate_.used_set(sl.key / map_.n_expert);
     if (sl.origin == SlotOrigin::kCertain) ++stats_.certain_used;
   }
 

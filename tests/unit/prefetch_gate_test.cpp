@@ -50,4 +50,25 @@ TEST(PrefetchGate, ALayerThatTurnsPredictableIsAdmittedAgain) {
   EXPECT_TRUE(g.admits(0, 0));
 }
 
+// A layer's unordered sets (several rows' guesses: a draft-verify pass) are judged by their own
+// precision: wrong ones are refused except on exploring calls, while a layer whose sets are used
+// keeps reading them.
+TEST(PrefetchGate, SetsAreJudgedPerLayer) {
+  PrefetchGate g(2);
+  int admitted0 = 0, admitted1 = 0;
+  for (int t = 0; t < 400; ++t) {
+    for (int il = 0; il < 2; ++il) {
+      g.start_call(il);
+      for (int m = 0; m < 6; ++m) {  // six members per set: one used in layer 0, five in layer 1
+        if (!g.admits_set(il)) continue;
+        g.issued_set(il);
+        if (il == 0 ? m == 0 : m > 0) g.used_set(il);
+        (il == 0 ? admitted0 : admitted1) += 1;
+      }
+    }
+  }
+  EXPECT_EQ(admitted1, 400 * 6);
+  EXPECT_LT(admitted0, 400 * 6 / 8 + 60);
+}
+
 }  // namespace
