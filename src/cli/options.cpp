@@ -184,9 +184,9 @@ void add_sampling_flags(CLI::App& app, SamplingOptions& s) {
 
 void add_draft_flags(CLI::App& app, DraftFlags& d) {
   app.add_option("--draft", d.mode,
-                 "speculative decoding: auto (the file's MTP layers when it has them, else n-gram "
-                 "lookup), mtp, ngram "
-                 "or none")
+                 "speculative decoding: auto (n-gram lookup, and the file's MTP layers when it "
+                 "has them: each step whichever pays by measured cost, or none), mtp, ngram or "
+                 "none")
       ->check(CLI::IsMember({"auto", "none", "ngram", "mtp"}))
       ->capture_default_str();
   app.add_option("--draft-max", d.options.max, "most tokens drafted per step")->check(CLI::Range(0, 64))->capture_default_str();
