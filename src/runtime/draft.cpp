@@ -47,7 +47,7 @@ NgramDraft ngram_draft(std::span<const int32_t> ctx, int n_max) {
 }
 
 DraftPolicy::DraftPolicy(const DraftOptions& o)
-    : options_(o), min_(std::max(1, o.min)), max_(o.max), adaptive_(o.adaptive) {
+    : options_(o), min_(std::max(1, o.min)) {
   for (Drafter& d : drafters_) d.probe_k = min_;
 }
 
@@ -104,9 +104,10 @@ int DraftPolicy::choose(int match, int available) {
 DraftChoice DraftPolicy::choose(std::span<const DraftOffer> offers) {
   std::vector<DraftOffer> open;  // offers with at least `min` candidates, capped at max
   for (const DraftOffer& o : offers)
-    if (o.match > 0 && std::min(o.available, max_) >= min_) open.push_back({o.match, std::min(o.available, max_)});
+    if (o.match > 0 && std::min(o.available, options_.max) >= min_)
+      open.push_back({o.match, std::min(o.available, options_.max)});
   if (open.empty()) return {};
-  if (!adaptive_) {
+  if (!options_.adaptive) {
     // Every candidate, from the MTP block when it is offered (the file's own drafter).
     const auto mtp = std::find_if(open.begin(), open.end(), [](const DraftOffer& o) { return o.match == kMtpMatch; });
     const DraftOffer& o = mtp != open.end() ? *mtp : open.front();
@@ -131,9 +132,9 @@ DraftChoice DraftPolicy::choose(std::span<const DraftOffer> offers) {
   }
   // Else a drafter whose drafting steps have not been timed drafts the fewest: it measures what
   // its drafts cost, at the least risk (and only now: while lookup pays on repeated text, the
-  // MTP block's first step, which catches up on the whole prompt, is not spent).
-  // Each drafter measures and probes only while what its probes lost is within 1/kProbeShare of
-  // the time: an MTP block whose probes cost several passes does not stop lookup from probing.
+  // MTP block's first step, which catches up on the whole prompt, is not spent). Each drafter
+  // measures and probes only while what its own probes lost is within 1/kProbeShare of the
+  // time: an MTP block whose probes cost several passes does not stop lookup from probing.
   const auto within_budget = [&](const DraftOffer& o) { return drafter(o.match).loss <= elapsed_ / kProbeShare; };
   for (const DraftOffer& o : open)
     if (!drafter(o.match).step_known() && within_budget(o)) {
@@ -189,8 +190,8 @@ void DraftPolicy::record(int drafted, int accepted, double seconds) {
   // prompt, seconds on a long one): counted, it would bar the block for forty times that.
   if (probing_ && !measuring_ && seconds >= 0) d.loss += std::max(0.0, seconds - (accepted + 1) * t0_);
   if (probing_ && !(measuring_ && stood)) {
-    d.probe_k = stood ? std::min(max_, 2 * d.probe_k) : min_;
-    const bool could_pay = (max_ + 1) / cost(last_match_, max_) > kMinGain;
+    d.probe_k = stood ? std::min(options_.max, 2 * d.probe_k) : min_;
+    const bool could_pay = (options_.max + 1) / cost(last_match_, options_.max) > kMinGain;
     d.probe_every = stood && could_pay ? std::max(1, d.probe_every / 2) : std::min(kMaxPause, d.probe_every * 2);
   }
 }

@@ -72,10 +72,10 @@ struct DraftChoice {
 // probed after 1, 2, 4 … kMaxPause declines each (the interval doubles after each rejected probe,
 // halves after a probe that stood while drafts that stand would pay, and starts over once drafting
 // pays again), so that estimates follow the text; and only while what its probes lost (their time
-// beyond plain passes for the tokens they gave) is within 1/kProbeShare of the time measured, so
-// that `--draft auto` on text where nothing pays stays within a few percent of `--draft none`. A probe drafts `min` tokens, twice as many as the
-// last one after each probe that stood (up to `max`), so the cost of long drafts is measured
-// rather than extrapolated once short ones keep standing.
+// beyond plain passes for the tokens they gave) is within 1/kProbeShare of the time measured. A
+// probe drafts `min` tokens, twice as many as the last one after each probe that stood (up to
+// `max`), so the cost of long drafts is measured rather than extrapolated once short ones keep
+// standing.
 class DraftPolicy {
  public:
   static constexpr int kMaxPause = 64;
@@ -118,8 +118,7 @@ class DraftPolicy {
     bool step_known() const;  // a step with drafts has been measured
   };
   DraftOptions options_;
-  int min_, max_;
-  bool adaptive_;
+  int min_;  // options_.min, at least 1
   std::array<Acceptance, kNgramMax + 1> by_match_{};
   std::array<Drafter, 2> drafters_;  // n-gram, MTP
   double t0_ = 0;  // seconds of a one-row pass (moving average)
