@@ -10,10 +10,13 @@
 // walked in runs of kRun rows (the K/V tile); each run is used by every token and head of the item
 // while it sits in L1, so the cache is read from memory once per item: once per decode step for
 // all the query heads of a KV head (GQA), once per block of a prefill. Within a run each key row
-// is read once for up to kMaxDotRows heads (the quant/attn_tiles kernels, SIMD with scalar twins).
+// is read once for up to kMaxTileQueries heads (the quant/attn_tiles kernels, SIMD with scalar
+// twins).
 //
-// Decode (few items, long context) also splits the positions: an item is then one segment, its
-// state stored and folded afterwards, so both cores stream the cache. Either way a query's result
+// Decode (few items, long context) also splits the positions: an item is then one segment of every
+// head group of a token, its states stored and folded afterwards, so both cores stream the cache
+// and each streams whole K/V rows, which lie contiguously in the cache's blocks (a head's slice of
+// each row, the 1/n_head_kv stride, took 1.5x as long at depth 16k). Either way a query's result
 // is the fold of the same per-segment states in position order: it depends only on the query's
 // own positions, never on the batch, the block, the other heads, the thread count or whether the
 // segments were folded by one item or merged after a split. A resumed session, a pipeline stage, a
@@ -90,22 +93,33 @@ struct Span {
   bool empty() const { return k0 >= k1; }
 };
 
-thread_local std::vector<float> t_scores;  // (block tokens, group heads, kSegment)
-thread_local std::vector<float> t_acc;     // (block tokens, group heads, head_dim_v)
-thread_local std::vector<float> t_out;     // (block tokens, group heads, head_dim_v) running sums
+// Per item, "slots" being the query heads of its groups (Attender::slots):
+thread_local std::vector<float> t_scores;  // (block tokens, slots, kSegment)
+thread_local std::vector<float> t_acc;     // (block tokens, slots, head_dim_v)
+thread_local std::vector<float> t_max;     // (block tokens, slots) a segment's score maxima
+thread_local std::vector<float> t_sum;     // (block tokens, slots) its exp-sums
+thread_local std::vector<float> t_out;     // (block tokens, slots, head_dim_v) running sums
+thread_local std::vector<State> t_state;   // (block tokens, slots) running states
 thread_local std::vector<float> t_rows;    // (kRun, v_dim) dequantized value rows
 thread_local std::vector<float> t_qpad;    // one query padded to whole blocks
 
-float* sized(std::vector<float>& v, size_t n) {
+template <class T>
+T* sized(std::vector<T>& v, size_t n) {
   if (v.size() < n) v.resize(n);
   return v.data();
 }
 
-// One item: tokens [t0, t0 + nb) of one sequence, query heads [h0, h0 + nh) of KV head kvh.
+// Query heads [h0, h0 + nh) of KV head kvh.
+struct Group {
+  int h0, nh, kvh;
+};
+
+// One item: tokens [t0, t0 + nb) of one sequence, head groups [g0, g0 + ng) of the token (groups
+// are numbered KV head by KV head, so an item's groups read a contiguous range of KV heads).
 struct Item {
   int64_t t0;
   int nb;
-  int h0, nh, kvh;
+  int g0, ng;
 };
 
 class Attender {
@@ -137,10 +151,9 @@ class Attender {
   // Head groups per token.
   int64_t groups_per_token() const { return static_cast<int64_t>(p_.n_head_kv) * groups_; }
 
-  Item item(int64_t t0, int nb, int64_t group) const {
-    const int kvh = static_cast<int>(group / groups_), g = static_cast<int>(group % groups_);
-    const int h0 = kvh * n_rep_ + g * kGroupHeads;
-    return {t0, nb, h0, std::min(kGroupHeads, n_rep_ - g * kGroupHeads), kvh};
+  Group group(int index) const {
+    const int kvh = index / groups_, g = index % groups_;
+    return {kvh * n_rep_ + g * kGroupHeads, std::min(kGroupHeads, n_rep_ - g * kGroupHeads), kvh};
   }
 
   // The first position token t sees.
@@ -148,12 +161,16 @@ class Attender {
     return p_.window > 0 ? std::max<int32_t>(0, pos_[t] - p_.window + 1) : 0;
   }
 
-  // Segment g of the item into states st[b * kGroupHeads + j] and value sums o (same layout, rows
-  // of head_dim_v): st is folded with the segment's state when `fold_into`, else overwritten by it
-  // (empty tokens get the empty state).
+  // Slots per token of an item: one per query head of its groups (states, value sums, scores).
+  static int slots(const Item& it) { return it.ng * kGroupHeads; }
+
+  // Segment g of the item into states st[b * slots + gi * kGroupHeads + j] and value sums o (same
+  // layout, rows of head_dim_v): st is folded with the segment's state when `fold_into`, else
+  // overwritten by it (empty tokens get the empty state).
   void segment(const Item& it, int32_t g, State* st, float* o, bool fold_into) const {
     const int32_t s0 = g * kSegment, s1 = s0 + kSegment;
     const int dv = p_.head_dim_v;
+    const int ns = slots(it);
     Span sp[kMaxBlockTokens];
     Span all{s1, s0};
     for (int b = 0; b < it.nb; ++b) {
@@ -162,109 +179,132 @@ class Attender {
       if (!sp[b].empty()) all = {std::min(all.k0, sp[b].k0), std::max(all.k1, sp[b].k1)};
     }
     if (!fold_into)
-      for (int i = 0; i < it.nb * kGroupHeads; ++i) st[i] = State{};
+      for (int i = 0; i < it.nb * ns; ++i) st[i] = State{};
     if (all.empty()) return;
     const int seq = seq_[it.t0];
-    const int64_t row_stride = int64_t{kGroupHeads} * kSegment;
-    float* sc = sized(t_scores, static_cast<size_t>(it.nb * row_stride));
-    float* acc = sized(t_acc, static_cast<size_t>(it.nb * kGroupHeads * dv));
+    const int kvh0 = group(it.g0).kvh, kvh1 = group(it.g0 + it.ng - 1).kvh + 1;
+    float* sc = sized(t_scores, static_cast<size_t>(it.nb) * ns * kSegment);
+    float* acc = sized(t_acc, static_cast<size_t>(it.nb) * ns * dv);
+    float* m_g = sized(t_max, static_cast<size_t>(it.nb) * ns);
+    float* l_g = sized(t_sum, static_cast<size_t>(it.nb) * ns);
 
-    // Scores, key runs shared by every token and head of the item.
+    // Scores, key runs shared by every token and head of the item: each run's rows are located
+    // once, and read whole (all the item's KV heads) while they sit in L1.
     const bool tiled = tiles_.key_scores && k_pad_ == p_.head_dim_k;
+    const std::byte* rows[kRun];
     const std::byte* krows[kRun];
     for (int32_t a = all.k0; a < all.k1; a += kRun) {
       const int n = std::min(kRun, all.k1 - a);
-      for (int i = 0; i < n; ++i) krows[i] = kv_.k_row(seq, layer_, a + i) + it.kvh * k_head_;
-      prefetch_run(seq, a + kRun, all.k1, false, it.kvh);
-      for (int b = 0; b < it.nb; ++b) {
-        const int32_t s = std::max(a, sp[b].k0), e = std::min(a + n, sp[b].k1);
-        if (s >= e) continue;
-        const float* qb = q_ + ((it.t0 + b) * p_.n_head + it.h0) * p_.head_dim_k;
-        float* out = sc + b * row_stride + (s - s0);
-        for (int j0 = 0; j0 < it.nh; j0 += kMaxDotRows) {
-          const int nq = std::min(kMaxDotRows, it.nh - j0);
-          if (tiled) {
-            tiles_.key_scores(p_.head_dim_k, krows + (s - a), e - s, qb + j0 * p_.head_dim_k,
-                              p_.head_dim_k, nq, out + j0 * kSegment, kSegment);
-            continue;
-          }
-          for (int j = j0; j < j0 + nq; ++j) {
-            const float* qj = query(qb + j * p_.head_dim_k);
-            for (int32_t k = s; k < e; ++k)
-              out[j * kSegment + k - s] = kdot_(k_pad_, krows[k - a], qj);
+      for (int i = 0; i < n; ++i) rows[i] = kv_.k_row(seq, layer_, a + i);
+      prefetch_run(seq, a + kRun, all.k1, false, it, kvh0, kvh1);
+      for (int gi = 0; gi < it.ng; ++gi) {
+        const Group gr = group(it.g0 + gi);
+        for (int i = 0; i < n; ++i) krows[i] = rows[i] + gr.kvh * k_head_;
+        for (int b = 0; b < it.nb; ++b) {
+          const int32_t s = std::max(a, sp[b].k0), e = std::min(a + n, sp[b].k1);
+          if (s >= e) continue;
+          const float* qb = q_ + ((it.t0 + b) * p_.n_head + gr.h0) * p_.head_dim_k;
+          float* out = sc + (static_cast<int64_t>(b) * ns + gi * kGroupHeads) * kSegment + (s - s0);
+          for (int j0 = 0; j0 < gr.nh; j0 += kMaxTileQueries) {
+            const int nq = std::min(kMaxTileQueries, gr.nh - j0);
+            if (tiled) {
+              tiles_.key_scores(p_.head_dim_k, krows + (s - a), e - s, qb + j0 * p_.head_dim_k,
+                                p_.head_dim_k, nq, out + j0 * kSegment, kSegment);
+              continue;
+            }
+            for (int j = j0; j < j0 + nq; ++j) {
+              const float* qj = query(qb + j * p_.head_dim_k);
+              for (int32_t k = s; k < e; ++k)
+                out[j * kSegment + k - s] = kdot_(k_pad_, krows[k - a], qj);
+            }
           }
         }
       }
     }
 
     // Softmax numerators against the segment's maxima.
-    float m_g[kMaxBlockTokens * kGroupHeads], l_g[kMaxBlockTokens * kGroupHeads];
     for (int b = 0; b < it.nb; ++b) {
       if (sp[b].empty()) continue;
-      for (int j = 0; j < it.nh; ++j) {
-        const int i = b * kGroupHeads + j;
-        l_g[i] = tiles_.exp_scores(sc + i * kSegment + (sp[b].k0 - s0), sp[b].k1 - sp[b].k0,
-                                   p_.scale, &m_g[i]);
-        std::fill(acc + i * dv, acc + (i + 1) * dv, 0.0f);
-      }
+      for (int gi = 0; gi < it.ng; ++gi)
+        for (int j = 0; j < group(it.g0 + gi).nh; ++j) {
+          const int i = b * ns + gi * kGroupHeads + j;
+          l_g[i] = tiles_.exp_scores(sc + static_cast<int64_t>(i) * kSegment + (sp[b].k0 - s0),
+                                     sp[b].k1 - sp[b].k0, p_.scale, &m_g[i]);
+          std::fill(acc + static_cast<int64_t>(i) * dv, acc + static_cast<int64_t>(i + 1) * dv,
+                    0.0f);
+        }
     }
 
     // Value sums, value runs shared likewise: f32, f16 and bf16 rows read where they are stored,
-    // block-quantized ones dequantized once per run.
+    // block-quantized ones dequantized once per run and KV head for all the item's queries.
     const float* vrows[kRun];
     const std::byte* vraw[kRun];
     const bool convert = vt_ != KvType::kF32 && !vsums_stored_;
     if (convert) sized(t_rows, static_cast<size_t>(kRun) * v_dim_);
     for (int32_t a = all.k0; a < all.k1; a += kRun) {
       const int n = std::min(kRun, all.k1 - a);
-      prefetch_run(seq, a + kRun, all.k1, true, it.kvh);
-      for (int i = 0; i < n; ++i) {
-        const std::byte* raw = (p_.values_in_keys ? kv_.k_row(seq, layer_, a + i)
-                                                  : kv_.v_row(seq, layer_, a + i)) +
-                               it.kvh * v_head_;
-        vraw[i] = raw;
-        if (!convert) {
-          vrows[i] = reinterpret_cast<const float*>(raw);
-        } else {
-          float* row = t_rows.data() + static_cast<size_t>(i) * v_dim_;
-          kv_load_head(vt_, raw, v_dim_, row);
-          vrows[i] = row;
+      for (int i = 0; i < n; ++i)
+        rows[i] = p_.values_in_keys ? kv_.k_row(seq, layer_, a + i) : kv_.v_row(seq, layer_, a + i);
+      prefetch_run(seq, a + kRun, all.k1, true, it, kvh0, kvh1);
+      int loaded = -1;  // the KV head whose rows vrows/vraw hold
+      for (int gi = 0; gi < it.ng; ++gi) {
+        const Group gr = group(it.g0 + gi);
+        if (gr.kvh != loaded) {
+          loaded = gr.kvh;
+          for (int i = 0; i < n; ++i) {
+            const std::byte* raw = rows[i] + gr.kvh * v_head_;
+            vraw[i] = raw;
+            if (!convert) {
+              vrows[i] = reinterpret_cast<const float*>(raw);
+            } else {
+              float* row = t_rows.data() + static_cast<size_t>(i) * v_dim_;
+              kv_load_head(vt_, raw, v_dim_, row);
+              vrows[i] = row;
+            }
+          }
         }
-      }
-      for (int b = 0; b < it.nb; ++b) {
-        const int32_t s = std::max(a, sp[b].k0), e = std::min(a + n, sp[b].k1);
-        if (s >= e) continue;
-        for (int j0 = 0; j0 < it.nh; j0 += kMaxDotRows) {
-          const int i = b * kGroupHeads + j0, nq = std::min(kMaxDotRows, it.nh - j0);
-          const float* w = sc + i * kSegment + (s - s0);
-          if (vsums_stored_)
-            vsums_stored_(dv, vraw + (s - a), e - s, w, kSegment, nq, acc + i * dv, dv);
-          else
-            tiles_.value_sums(dv, vrows + (s - a), e - s, w, kSegment, nq, acc + i * dv, dv);
+        for (int b = 0; b < it.nb; ++b) {
+          const int32_t s = std::max(a, sp[b].k0), e = std::min(a + n, sp[b].k1);
+          if (s >= e) continue;
+          for (int j0 = 0; j0 < gr.nh; j0 += kMaxTileQueries) {
+            const int i = b * ns + gi * kGroupHeads + j0,
+                      nq = std::min(kMaxTileQueries, gr.nh - j0);
+            const float* w = sc + static_cast<int64_t>(i) * kSegment + (s - s0);
+            if (vsums_stored_)
+              vsums_stored_(dv, vraw + (s - a), e - s, w, kSegment, nq,
+                            acc + static_cast<int64_t>(i) * dv, dv);
+            else
+              tiles_.value_sums(dv, vrows + (s - a), e - s, w, kSegment, nq,
+                                acc + static_cast<int64_t>(i) * dv, dv);
+          }
         }
       }
     }
 
     for (int b = 0; b < it.nb; ++b) {
       if (sp[b].empty()) continue;
-      for (int j = 0; j < it.nh; ++j) {
-        const int i = b * kGroupHeads + j;
-        if (fold_into) {
-          fold(st[i], o + i * dv, m_g[i], l_g[i], acc + i * dv, dv);
-        } else {
-          st[i] = {m_g[i], l_g[i]};
-          std::copy_n(acc + i * dv, dv, o + i * dv);
+      for (int gi = 0; gi < it.ng; ++gi)
+        for (int j = 0; j < group(it.g0 + gi).nh; ++j) {
+          const int i = b * ns + gi * kGroupHeads + j;
+          if (fold_into) {
+            fold(st[i], o + static_cast<int64_t>(i) * dv, m_g[i], l_g[i],
+                 acc + static_cast<int64_t>(i) * dv, dv);
+          } else {
+            st[i] = {m_g[i], l_g[i]};
+            std::copy_n(acc + static_cast<int64_t>(i) * dv, dv, o + static_cast<int64_t>(i) * dv);
+          }
         }
-      }
     }
   }
 
   // Every segment of the item, folded in order, normalised into out.
   void whole(const Item& it, float* out) const {
-    const int dv = p_.head_dim_v;
-    State st[kMaxBlockTokens * kGroupHeads];
-    float* o = sized(t_out, static_cast<size_t>(it.nb * kGroupHeads * dv));
-    std::fill(o, o + it.nb * kGroupHeads * dv, 0.0f);
+    const int dv = p_.head_dim_v, ns = slots(it);
+    const size_t n = static_cast<size_t>(it.nb) * ns;
+    State* st = sized(t_state, n);
+    std::fill(st, st + n, State{});
+    float* o = sized(t_out, n * dv);
+    std::fill(o, o + n * dv, 0.0f);
     int32_t lo = pos_[it.t0], hi = 0;
     for (int b = 0; b < it.nb; ++b) {
       lo = std::min(lo, first(it.t0 + b));
@@ -272,27 +312,47 @@ class Attender {
     }
     for (int32_t g = lo / kSegment; g <= hi / kSegment; ++g) segment(it, g, st, o, true);
     for (int b = 0; b < it.nb; ++b)
-      for (int j = 0; j < it.nh; ++j) {
-        const int i = b * kGroupHeads + j, h = it.h0 + j;
-        finish(st[i], o + i * dv, sink(h), p_.sinks != nullptr, dv,
-               out + ((it.t0 + b) * p_.n_head + h) * dv);
+      for (int gi = 0; gi < it.ng; ++gi) {
+        const Group gr = group(it.g0 + gi);
+        for (int j = 0; j < gr.nh; ++j) {
+          const int i = b * ns + gi * kGroupHeads + j, h = gr.h0 + j;
+          finish(st[i], o + static_cast<int64_t>(i) * dv, sink(h), p_.sinks != nullptr, dv,
+                 out + ((it.t0 + b) * p_.n_head + h) * dv);
+        }
       }
   }
 
   float sink(int h) const { return p_.sinks ? p_.sinks[h] : -INFINITY; }
 
  private:
-  // Asks for the KV head's slices of the next run's rows [a, min(a + kRun, end)) while this run is
-  // computed: an item reads a 1/n_head_kv slice of each row, a stride the hardware prefetchers
-  // follow poorly, and decode at depth is bound by these reads.
-  void prefetch_run(int seq, int32_t a, int32_t end, bool values, int kvh) const {
+  // Asks for KV heads [kvh0, kvh1) of the next run's rows [a, min(a + kRun, end)) while this run
+  // is computed. Decode at depth is bound by these reads, and an item that holds fewer than all KV
+  // heads reads a slice of each row, a stride the hardware prefetchers follow poorly. A block of
+  // several tokens (prefill) instead reuses each row for all its tokens and finds it in L2/L3,
+  // since the blocks before it read the same rows: it skips this (measured: ~11 % of a prefill at
+  // depth went to these requests). Rows of a run lie in one allocation block unless a ring wraps
+  // (segments and runs align with KvCache::kBlock), so the run is usually one contiguous range.
+  void prefetch_run(int seq, int32_t a, int32_t end, bool values, const Item& it, int kvh0,
+                    int kvh1) const {
     const int32_t e = std::min(a + kRun, end);
+    if (it.nb > 1 || a >= e) return;
     const bool v = values && !p_.values_in_keys;
     const uint64_t head = v ? v_head_ : k_head_;
-    const uint64_t bytes = v ? kv_head_bytes(vt_, p_.head_dim_v) : head;
+    const uint64_t bytes =
+        (kvh1 - kvh0 - 1) * head + (v ? kv_head_bytes(vt_, p_.head_dim_v) : head);
+    auto row = [&](int32_t k) {
+      return (v ? kv_.v_row(seq, layer_, k) : kv_.k_row(seq, layer_, k)) + kvh0 * head;
+    };
+    const std::byte* first = row(a);
+    const std::byte* last = row(e - 1);
+    const uint64_t stride = p_.n_head_kv * head;
+    if (bytes == stride && last == first + (e - 1 - a) * stride) {
+      for (const std::byte* p = first; p < last + stride; p += 64) __builtin_prefetch(p);
+      return;
+    }
     for (int32_t k = a; k < e; ++k) {
-      const std::byte* row = (v ? kv_.v_row(seq, layer_, k) : kv_.k_row(seq, layer_, k)) + kvh * head;
-      for (uint64_t off = 0; off < bytes; off += 64) __builtin_prefetch(row + off);
+      const std::byte* r = row(k);
+      for (uint64_t off = 0; off < bytes; off += 64) __builtin_prefetch(r + off);
     }
   }
 
@@ -314,7 +374,7 @@ class Attender {
   KvType kt_, vt_;
   AttentionTiles tiles_;
   StoredValueSumsFn vsums_stored_;  // f16/bf16 value rows read as stored; null otherwise
-  VecDotFn kdot_;  // stored keys · f32 query, for key types without a tile kernel
+  VecDotFn kdot_;                   // stored keys · f32 query, for key types without a tile kernel
   int k_pad_;
   uint64_t k_head_;
   int v_dim_;  // floats per stored value head (MLA: the whole key row)
@@ -342,23 +402,27 @@ void attention(ThreadPool& pool, const AttentionParams& p, const KvCache& kv, in
   }
   block_start.push_back(n_tok);
   const auto n_blocks = static_cast<int64_t>(block_start.size()) - 1;
-  const int64_t n_items = n_blocks * gpt;
-  auto item = [&](int64_t it) {
-    const int64_t blk = it / gpt;
-    return at.item(block_start[blk], static_cast<int>(block_start[blk + 1] - block_start[blk]),
-                   it % gpt);
+  // Item `it` of blocks × (groups / per_item): `per_item` consecutive head groups of one block.
+  auto item = [&](int64_t it, int per_item) {
+    const int64_t per_block = gpt / per_item, blk = it / per_block;
+    return Item{block_start[blk], static_cast<int>(block_start[blk + 1] - block_start[blk]),
+                static_cast<int>(it % per_block) * per_item, per_item};
   };
 
-  // Split: one item per (block, group, segment) when the blocks and groups alone leave threads
-  // idle (decode, few KV heads) and the context spans several segments.
+  // Split: one item per (block, segment) when the blocks and groups alone leave threads idle
+  // (decode, few KV heads) and the context spans several segments. A split item takes every head
+  // group of its block, so it streams whole K/V rows (contiguous memory), unless that leaves too
+  // few items to share: then one group per item.
   const int64_t n_seg = max_pos / kSegment + 1;
   const int64_t split_floats = n_tok * p.n_head * n_seg * (p.head_dim_v + 2);
-  if (n_items >= want_items || n_seg < 2 || split_floats > kMaxSplitFloats) {
-    pool.parallel_for(n_items, [&](int64_t begin, int64_t end) {
-      for (int64_t it = begin; it < end; ++it) at.whole(item(it), out);
+  if (n_blocks * gpt >= want_items || n_seg < 2 || split_floats > kMaxSplitFloats) {
+    pool.parallel_for(n_blocks * gpt, [&](int64_t begin, int64_t end) {
+      for (int64_t it = begin; it < end; ++it) at.whole(item(it, 1), out);
     });
     return;
   }
+  const int per_item = n_blocks * n_seg >= want_items ? static_cast<int>(gpt) : 1;
+  const int64_t n_items = n_blocks * (gpt / per_item);
 
   // States per (token, head, segment); the merge folds them in position order.
   // (Named through references: inside the pool's lambdas a thread_local names the worker's own.)
@@ -371,19 +435,23 @@ void attention(ThreadPool& pool, const AttentionParams& p, const KvCache& kv, in
   const int dv = p.head_dim_v;
   auto slot = [&](int64_t t, int h, int64_t g) { return (t * p.n_head + h) * n_seg + g; };
   pool.parallel_for(n_items * n_seg, [&](int64_t begin, int64_t end) {
-    State st[kMaxBlockTokens * kGroupHeads];
     for (int64_t x = begin; x < end; ++x) {
-      const Item it = item(x / n_seg);
+      const Item it = item(x / n_seg, per_item);
       const auto g = static_cast<int32_t>(x % n_seg);
-      float* o = sized(t_out, static_cast<size_t>(it.nb * kGroupHeads * dv));
+      const int ns = Attender::slots(it);
+      State* st = sized(t_state, static_cast<size_t>(it.nb) * ns);
+      float* o = sized(t_out, static_cast<size_t>(it.nb) * ns * dv);
       at.segment(it, g, st, o, false);
       for (int b = 0; b < it.nb; ++b)
-        for (int j = 0; j < it.nh; ++j) {
-          const int i = b * kGroupHeads + j;
-          if (st[i].l == 0.0f) continue;  // no position of this segment (the state stays empty)
-          const int64_t s = slot(it.t0 + b, it.h0 + j, g);
-          seg_state[s] = st[i];
-          std::copy_n(o + i * dv, dv, seg_o.data() + s * dv);
+        for (int gi = 0; gi < it.ng; ++gi) {
+          const Group gr = at.group(it.g0 + gi);
+          for (int j = 0; j < gr.nh; ++j) {
+            const int i = b * ns + gi * kGroupHeads + j;
+            if (st[i].l == 0.0f) continue;  // no position of this segment (the state stays empty)
+            const int64_t s = slot(it.t0 + b, gr.h0 + j, g);
+            seg_state[s] = st[i];
+            std::copy_n(o + static_cast<int64_t>(i) * dv, dv, seg_o.data() + s * dv);
+          }
         }
     }
   });

@@ -1,5 +1,5 @@
 // Scalar attention tiles: the twins of attn_tiles_avx2.cpp, and the reference the generic build
-// runs. Keys: stored key rows (f32, f16, bf16) against up to kMaxDotRows f32 queries; softmax
+// runs. Keys: stored key rows (f32, f16, bf16) against up to kMaxTileQueries f32 queries; softmax
 // numerators of a score row (std::exp); values: weighted sums of f32 value rows, keys in order.
 #include <algorithm>
 #include <cmath>

@@ -92,11 +92,21 @@ void key_scores_rows(int64_t dim, const std::byte* const* k_rows, int n_keys, co
   }
 }
 
+// Calls f(t0, nx) for the tile's queries in chunks of at most kMaxDotRows, nx an
+// std::integral_constant: 16 ymm registers hold the accumulators of 4 queries, not of
+// kMaxTileQueries. A query's results are the same whichever chunk it falls in.
+template <class F>
+void in_chunks(int n_q, F&& f) {
+  for (int t0 = 0; t0 < n_q; t0 += kMaxDotRows)
+    with_row_count(n_q - t0 < kMaxDotRows ? n_q - t0 : kMaxDotRows, [&](auto nx) { f(t0, nx); });
+}
+
 template <class L>
 void key_scores(int64_t dim, const std::byte* const* k_rows, int n_keys, const float* q,
                 int64_t q_stride, int n_q, float* scores, int64_t s_stride) {
-  with_row_count(n_q, [&](auto nx) {
-    key_scores_rows<L, decltype(nx)::value>(dim, k_rows, n_keys, q, q_stride, scores, s_stride);
+  in_chunks(n_q, [&](int t0, auto nx) {
+    key_scores_rows<L, decltype(nx)::value>(dim, k_rows, n_keys, q + t0 * q_stride, q_stride,
+                                            scores + t0 * s_stride, s_stride);
   });
 }
 
@@ -112,8 +122,8 @@ struct RowStored {
 };
 
 template <int NX, class R, class Row>
-void value_sum_rows(int64_t dim, const Row* v_rows, int n_keys, const float* w,
-                    int64_t w_stride, float* acc, int64_t acc_stride) {
+void value_sum_rows(int64_t dim, const Row* v_rows, int n_keys, const float* w, int64_t w_stride,
+                    float* acc, int64_t acc_stride) {
   int64_t d = 0;
   for (; d + 16 <= dim; d += 16) {
     __m256 a0[NX], a1[NX];
@@ -237,23 +247,24 @@ void key_scores_bf16(int64_t dim, const std::byte* const* k_rows, int n_keys, co
 // rows stay in registers across the keys.
 void value_sums(int64_t dim, const float* const* v_rows, int n_keys, const float* w,
                 int64_t w_stride, int n_q, float* acc, int64_t acc_stride) {
-  with_row_count(n_q, [&](auto nx) {
-    value_sum_rows<decltype(nx)::value, RowF32>(dim, v_rows, n_keys, w, w_stride, acc, acc_stride);
+  in_chunks(n_q, [&](int t0, auto nx) {
+    value_sum_rows<decltype(nx)::value, RowF32>(dim, v_rows, n_keys, w + t0 * w_stride, w_stride,
+                                                acc + t0 * acc_stride, acc_stride);
   });
 }
 
 void value_sums_f16(int64_t dim, const std::byte* const* v_rows, int n_keys, const float* w,
                     int64_t w_stride, int n_q, float* acc, int64_t acc_stride) {
-  with_row_count(n_q, [&](auto nx) {
-    value_sum_rows<decltype(nx)::value, RowStored<LoadF16>>(dim, v_rows, n_keys, w, w_stride, acc,
-                                                            acc_stride);
+  in_chunks(n_q, [&](int t0, auto nx) {
+    value_sum_rows<decltype(nx)::value, RowStored<LoadF16>>(
+        dim, v_rows, n_keys, w + t0 * w_stride, w_stride, acc + t0 * acc_stride, acc_stride);
   });
 }
 void value_sums_bf16(int64_t dim, const std::byte* const* v_rows, int n_keys, const float* w,
                      int64_t w_stride, int n_q, float* acc, int64_t acc_stride) {
-  with_row_count(n_q, [&](auto nx) {
-    value_sum_rows<decltype(nx)::value, RowStored<LoadBf16>>(dim, v_rows, n_keys, w, w_stride, acc,
-                                                             acc_stride);
+  in_chunks(n_q, [&](int t0, auto nx) {
+    value_sum_rows<decltype(nx)::value, RowStored<LoadBf16>>(
+        dim, v_rows, n_keys, w + t0 * w_stride, w_stride, acc + t0 * acc_stride, acc_stride);
   });
 }
 

@@ -1,21 +1,31 @@
-// AVX-512 attention tiles (scalar twins: attn_tiles.cpp; tests compare them): the AVX2 kernels'
-// work 16 lanes at a time, which halves the instructions of the key dots and value sums that
-// bound a prefill at depth. Key scores: up to kMaxDotRows f32 queries against a run of stored key
-// rows (f32, f16 or bf16), each key row loaded once for all queries, a head's sum reduced by the
-// same instructions whatever the other rows of its tile are. Value sums: acc = fma(w, v, acc) per
-// element, keys in order, exactly the AVX2 kernels' operations (tails through masked lanes).
+// AVX-512 attention tiles (scalar twins: attn_tiles.cpp; tests compare them): 16 lanes at a time,
+// and up to kMaxTileQueries queries per call (a whole GQA group of 8 heads), so a decode step
+// widens each stored key and value row once for all the heads that read it. Key scores: stored key
+// rows (f32, f16 or bf16) against the queries, one accumulator per (key, query), reduced 16 at a
+// time by one shuffle tree (sum16) whose order is the same for every score. Value sums:
+// acc = fma(w, v, acc) per element, keys in order, exactly the AVX2 kernels' operations (tails
+// through masked lanes).
 #include <immintrin.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "quant/kernels.h"
+
+// GCC 12's intrinsics pass an undefined vector (`__Y = __Y`) as the unused merge operand of
+// shuffles and conversions, which it then reports as uninitialized once inlined (GCC bug 105593,
+// fixed in 13). The operand is never read.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 namespace sluice::avx512 {
 
 namespace {
 
-__mmask16 tail_mask(int64_t n) { return static_cast<__mmask16>((1u << n) - 1); }
+__mmask16 tail_mask(int64_t n) {
+  return static_cast<__mmask16>((1u << n) - 1);
+}
 
 struct LoadF32 {
   static __m512 load(const std::byte* row, int64_t i) {
@@ -52,38 +62,107 @@ struct LoadRowF32 {
   }
 };
 
+// Calls f(std::integral_constant<int, NX>{}) with NX = n_q (1..kMaxTileQueries).
+template <class F>
+void with_query_count(int n_q, F&& f) {
+  static_assert(kMaxTileQueries == 8);
+  switch (n_q) {
+    case 1:
+      return f(std::integral_constant<int, 1>{});
+    case 2:
+      return f(std::integral_constant<int, 2>{});
+    case 3:
+      return f(std::integral_constant<int, 3>{});
+    case 4:
+      return f(std::integral_constant<int, 4>{});
+    case 5:
+      return f(std::integral_constant<int, 5>{});
+    case 6:
+      return f(std::integral_constant<int, 6>{});
+    case 7:
+      return f(std::integral_constant<int, 7>{});
+    default:
+      return f(std::integral_constant<int, 8>{});
+  }
+}
+
+// The lane sums of 16 vectors into one: lane 4r + c holds the sum of v[4c + r]. Every vector's
+// lanes are added by the same tree (l + l⁺⁸, then + l⁺⁴, then + l⁺², then + l⁺¹) whichever slot it
+// occupies and whatever the other vectors hold, so a score never depends on its tile; the tree
+// costs 45 instructions for 16 sums, where one full reduction per vector costs about 9.
+inline __attribute__((always_inline)) __m512 sum16(const __m512* v) {
+  __m512 c[8], d[4], e[2];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i)
+    c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
+                         _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE));
+#pragma GCC unroll 8
+  for (int i = 0; i < 4; ++i)
+    d[i] = _mm512_add_ps(_mm512_shuffle_f32x4(c[2 * i], c[2 * i + 1], 0x88),
+                         _mm512_shuffle_f32x4(c[2 * i], c[2 * i + 1], 0xDD));
+#pragma GCC unroll 8
+  for (int i = 0; i < 2; ++i)
+    e[i] = _mm512_add_ps(_mm512_shuffle_ps(d[2 * i], d[2 * i + 1], 0x44),
+                         _mm512_shuffle_ps(d[2 * i], d[2 * i + 1], 0xEE));
+  return _mm512_add_ps(_mm512_shuffle_ps(e[0], e[1], 0x88), _mm512_shuffle_ps(e[0], e[1], 0xDD));
+}
+
+// KB = 16 / NX keys at a time against NX queries: KB·NX ≤ 16 accumulators (one per key and query,
+// 16 dims per FMA), summed by sum16. Each accumulator sees its own key and query only; a last
+// block short of KB keys repeats its last key in the spare slots (results not stored), so every
+// block runs the same fully unrolled code with its accumulators in registers.
 template <class L, int NX>
 void key_scores_rows(int64_t dim, const std::byte* const* k_rows, int n_keys, const float* q,
                      int64_t q_stride, float* scores, int64_t s_stride) {
-  for (int k = 0; k < n_keys; ++k) {
-    const std::byte* row = k_rows[k];
-    __m512 acc0[NX], acc1[NX];
-    for (int t = 0; t < NX; ++t) acc0[t] = acc1[t] = _mm512_setzero_ps();
-    int64_t i = 0;
-    for (; i + 32 <= dim; i += 32) {
-      const __m512 k0 = L::load(row, i), k1 = L::load(row, i + 16);
-#pragma GCC unroll 4
-      for (int t = 0; t < NX; ++t) {
-        acc0[t] = _mm512_fmadd_ps(k0, _mm512_loadu_ps(q + t * q_stride + i), acc0[t]);
-        acc1[t] = _mm512_fmadd_ps(k1, _mm512_loadu_ps(q + t * q_stride + i + 16), acc1[t]);
+  constexpr int KB = 16 / NX;
+  const int64_t full = dim / 16 * 16;
+  const __mmask16 tail = tail_mask(dim - full);
+  alignas(64) float sums[16];
+  for (int k0 = 0; k0 < n_keys; k0 += KB) {
+    const int nk = n_keys - k0 < KB ? n_keys - k0 : KB;
+    const std::byte* r[KB];
+    for (int kb = 0; kb < KB; ++kb) r[kb] = k_rows[k0 + (kb < nk ? kb : nk - 1)];
+    __m512 acc[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < full; i += 16) {
+      __m512 qv[NX];
+#pragma GCC unroll 16
+      for (int t = 0; t < NX; ++t) qv[t] = _mm512_loadu_ps(q + t * q_stride + i);
+#pragma GCC unroll 16
+      for (int kb = 0; kb < KB; ++kb) {
+        const __m512 kv = L::load(r[kb], i);
+#pragma GCC unroll 16
+        for (int t = 0; t < NX; ++t)
+          acc[kb * NX + t] = _mm512_fmadd_ps(kv, qv[t], acc[kb * NX + t]);
       }
     }
-    for (; i < dim; i += 16) {
-      const __mmask16 m = tail_mask(dim - i < 16 ? dim - i : 16);
-      const __m512 k0 = L::load(row, i, m);
-#pragma GCC unroll 4
-      for (int t = 0; t < NX; ++t)
-        acc0[t] = _mm512_fmadd_ps(k0, _mm512_maskz_loadu_ps(m, q + t * q_stride + i), acc0[t]);
+    if (full < dim) {
+      __m512 qv[NX];
+#pragma GCC unroll 16
+      for (int t = 0; t < NX; ++t) qv[t] = _mm512_maskz_loadu_ps(tail, q + t * q_stride + full);
+#pragma GCC unroll 16
+      for (int kb = 0; kb < KB; ++kb) {
+        const __m512 kv = L::load(r[kb], full, tail);
+#pragma GCC unroll 16
+        for (int t = 0; t < NX; ++t)
+          acc[kb * NX + t] = _mm512_fmadd_ps(kv, qv[t], acc[kb * NX + t]);
+      }
     }
-    for (int t = 0; t < NX; ++t)
-      scores[t * s_stride + k] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[t], acc1[t]));
+    _mm512_store_ps(sums, sum16(acc));
+    for (int kb = 0; kb < nk; ++kb)
+#pragma GCC unroll 16
+      for (int t = 0; t < NX; ++t) {
+        const int src = kb * NX + t;
+        scores[t * s_stride + k0 + kb] = sums[4 * (src % 4) + src / 4];
+      }
   }
 }
 
 template <class L>
 void key_scores(int64_t dim, const std::byte* const* k_rows, int n_keys, const float* q,
                 int64_t q_stride, int n_q, float* scores, int64_t s_stride) {
-  with_row_count(n_q, [&](auto nx) {
+  with_query_count(n_q, [&](auto nx) {
     key_scores_rows<L, decltype(nx)::value>(dim, k_rows, n_keys, q, q_stride, scores, s_stride);
   });
 }
@@ -96,21 +175,21 @@ void value_sum_rows(int64_t dim, const Row* v_rows, int n_keys, const float* w, 
   int64_t d = 0;
   for (; d + 32 <= dim; d += 32) {
     __m512 a0[NX], a1[NX];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int t = 0; t < NX; ++t) {
       a0[t] = _mm512_loadu_ps(acc + t * acc_stride + d);
       a1[t] = _mm512_loadu_ps(acc + t * acc_stride + d + 16);
     }
     for (int k = 0; k < n_keys; ++k) {
       const __m512 v0 = R::load(v_rows[k], d), v1 = R::load(v_rows[k], d + 16);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int t = 0; t < NX; ++t) {
         const __m512 wk = _mm512_set1_ps(w[t * w_stride + k]);
         a0[t] = _mm512_fmadd_ps(wk, v0, a0[t]);
         a1[t] = _mm512_fmadd_ps(wk, v1, a1[t]);
       }
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int t = 0; t < NX; ++t) {
       _mm512_storeu_ps(acc + t * acc_stride + d, a0[t]);
       _mm512_storeu_ps(acc + t * acc_stride + d + 16, a1[t]);
@@ -132,7 +211,7 @@ void value_sum_rows(int64_t dim, const Row* v_rows, int n_keys, const float* w, 
 template <class R, class Row>
 void value_sums(int64_t dim, const Row* v_rows, int n_keys, const float* w, int64_t w_stride,
                 int n_q, float* acc, int64_t acc_stride) {
-  with_row_count(n_q, [&](auto nx) {
+  with_query_count(n_q, [&](auto nx) {
     value_sum_rows<decltype(nx)::value, R>(dim, v_rows, n_keys, w, w_stride, acc, acc_stride);
   });
 }

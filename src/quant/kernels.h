@@ -52,9 +52,10 @@ using GemmFn = void (*)(int64_t n, const void* w, uint64_t w_stride, int64_t n_w
                         uint64_t x_stride, int64_t n_x, float* y, uint64_t y_stride);
 
 // Attention tiles (ops/attention.cpp). Key scores: n_keys stored key rows k_rows[k] (f32, f16 or
-// bf16, dim values) dotted with n_q (1..kMaxDotRows) f32 queries q + t * q_stride into
+// bf16, dim values) dotted with n_q (1..kMaxTileQueries) f32 queries q + t * q_stride into
 // scores[t * s_stride + k]. Value sums: acc[t * acc_stride + d] += Σ_k w[t * w_stride + k] ·
 // v_rows[k][d], keys in order. A row's results never depend on the other rows of its tile.
+inline constexpr int kMaxTileQueries = 8;  // a GQA group of 8 query heads reads a key row once
 using KeyScoresFn = void (*)(int64_t dim, const std::byte* const* k_rows, int n_keys,
                              const float* q, int64_t q_stride, int n_q, float* scores,
                              int64_t s_stride);

@@ -53,56 +53,65 @@ Keys random_keys(GgmlType type, int dim, int n_keys, std::mt19937& rng) {
 TEST(AttentionTiles, KeyScoresMatchScalarAndDoNotDependOnTheTile) {
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.0f, 1.0f);
+  constexpr int kQ = kMaxTileQueries;
   for (Isa isa : simd_sets())
     for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16})
       for (int dim : {13, 64, 72, 128, 576}) {
         const int n_keys = 37;
         const Keys k = random_keys(t, dim, n_keys, rng);
-        std::vector<float> q(kMaxDotRows * dim);
+        std::vector<float> q(kQ * dim);
         for (float& v : q) v = nd(rng);
         const AttentionTiles simd = attention_tiles(t, isa), ref = attention_tiles(t, Isa::Scalar);
         ASSERT_NE(simd.key_scores, ref.key_scores);
-        std::vector<float> want(kMaxDotRows * n_keys), got(kMaxDotRows * n_keys);
-        ref.key_scores(dim, k.rows.data(), n_keys, q.data(), dim, kMaxDotRows, want.data(), n_keys);
-        simd.key_scores(dim, k.rows.data(), n_keys, q.data(), dim, kMaxDotRows, got.data(), n_keys);
-        for (int i = 0; i < kMaxDotRows * n_keys; ++i)
+        std::vector<float> want(kQ * n_keys), got(kQ * n_keys);
+        ref.key_scores(dim, k.rows.data(), n_keys, q.data(), dim, kQ, want.data(), n_keys);
+        simd.key_scores(dim, k.rows.data(), n_keys, q.data(), dim, kQ, got.data(), n_keys);
+        for (int i = 0; i < kQ * n_keys; ++i)
           EXPECT_NEAR(got[i], want[i], 1e-4 * dim) << type_name(t) << " dim " << dim << " i " << i;
-        for (int n_q = 1; n_q < kMaxDotRows; ++n_q)
-          for (int j = 0; j < n_q; ++j) {
-            std::vector<float> part(n_keys);
-            simd.key_scores(dim, k.rows.data(), n_keys, q.data() + j * dim, dim, 1, part.data(),
-                            n_keys);
-            EXPECT_EQ(0, std::memcmp(part.data(), got.data() + j * n_keys, n_keys * sizeof(float)))
-                << type_name(t) << " dim " << dim << " row " << j;
-          }
+        // Every query count, every offset of the queries and a key run cut anywhere: the same
+        // bits as the full tile.
+        for (int n_q = 1; n_q < kQ; ++n_q)
+          for (int j = 0; j + n_q <= kQ; ++j)
+            for (int cut : {0, 5, 16}) {
+              std::vector<float> part(n_q * n_keys);
+              simd.key_scores(dim, k.rows.data(), cut, q.data() + j * dim, dim, n_q, part.data(),
+                              n_keys);
+              simd.key_scores(dim, k.rows.data() + cut, n_keys - cut, q.data() + j * dim, dim, n_q,
+                              part.data() + cut, n_keys);
+              EXPECT_EQ(0, std::memcmp(part.data(), got.data() + j * n_keys,
+                                       n_q * n_keys * sizeof(float)))
+                  << type_name(t) << " dim " << dim << " rows " << j << ".." << j + n_q << " cut "
+                  << cut;
+            }
       }
 }
 
 TEST(AttentionTiles, ValueSumsMatchScalarAndDoNotDependOnTheTile) {
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> ud(0.0f, 1.0f);
+  constexpr int kQ = kMaxTileQueries;
   for (Isa isa : simd_sets())
     for (int dim : {5, 64, 80, 128, 512}) {
       const int n_keys = 70;
       const Keys v = random_keys(GgmlType::F32, dim, n_keys, rng);
       std::vector<const float*> rows;
       for (const std::byte* r : v.rows) rows.push_back(reinterpret_cast<const float*>(r));
-      std::vector<float> w(kMaxDotRows * n_keys);
+      std::vector<float> w(kQ * n_keys);
       for (float& x : w) x = ud(rng);
       const AttentionTiles simd = attention_tiles(GgmlType::F32, isa),
                            ref = attention_tiles(GgmlType::F32, Isa::Scalar);
-      std::vector<float> want(kMaxDotRows * dim, 0.5f), got(kMaxDotRows * dim, 0.5f);
-      ref.value_sums(dim, rows.data(), n_keys, w.data(), n_keys, kMaxDotRows, want.data(), dim);
-      simd.value_sums(dim, rows.data(), n_keys, w.data(), n_keys, kMaxDotRows, got.data(), dim);
-      for (int i = 0; i < kMaxDotRows * dim; ++i)
-        EXPECT_NEAR(got[i], want[i], 1e-4) << "dim " << dim;
-      for (int j = 0; j < kMaxDotRows; ++j) {
-        std::vector<float> part(dim, 0.5f);
-        simd.value_sums(dim, rows.data(), n_keys, w.data() + j * n_keys, n_keys, 1, part.data(),
-                        dim);
-        EXPECT_EQ(0, std::memcmp(part.data(), got.data() + j * dim, dim * sizeof(float)))
-            << "dim " << dim;
-      }
+      std::vector<float> want(kQ * dim, 0.5f), got(kQ * dim, 0.5f);
+      ref.value_sums(dim, rows.data(), n_keys, w.data(), n_keys, kQ, want.data(), dim);
+      simd.value_sums(dim, rows.data(), n_keys, w.data(), n_keys, kQ, got.data(), dim);
+      for (int i = 0; i < kQ * dim; ++i) EXPECT_NEAR(got[i], want[i], 1e-4) << "dim " << dim;
+      for (int n_q = 1; n_q < kQ; ++n_q)
+        for (int j = 0; j + n_q <= kQ; ++j) {
+          std::vector<float> part(n_q * dim, 0.5f);
+          simd.value_sums(dim, rows.data(), n_keys, w.data() + j * n_keys, n_keys, n_q, part.data(),
+                          dim);
+          EXPECT_EQ(0, std::memcmp(part.data(), got.data() + j * dim, n_q * dim * sizeof(float)))
+              << "dim " << dim << " rows " << j << ".." << j + n_q;
+        }
     }
 }
 
@@ -120,11 +129,11 @@ TEST(AttentionTiles, StoredValueSumsEqualValueSumsOfWidenedRows) {
         const Keys v = random_keys(t, dim, n_keys, rng);
         std::vector<const float*> rows;
         for (int k = 0; k < n_keys; ++k) rows.push_back(v.values.data() + k * dim);
-        std::vector<float> w(kMaxDotRows * n_keys);
+        std::vector<float> w(kMaxTileQueries * n_keys);
         for (float& x : w) x = ud(rng);
-        for (int nq = 1; nq <= kMaxDotRows; ++nq) {
-          std::vector<float> want(kMaxDotRows * dim, 0.25f), got(kMaxDotRows * dim, 0.25f),
-              ref(kMaxDotRows * dim, 0.25f);
+        for (int nq = 1; nq <= kMaxTileQueries; ++nq) {
+          std::vector<float> want(kMaxTileQueries * dim, 0.25f), got(kMaxTileQueries * dim, 0.25f),
+              ref(kMaxTileQueries * dim, 0.25f);
           attention_tiles(t, isa).value_sums(dim, rows.data(), n_keys, w.data(), n_keys, nq,
                                              want.data(), dim);
           ASSERT_NE(stored_value_sums(t, isa), nullptr);
@@ -156,7 +165,8 @@ TEST(AttentionTiles, ExpScoresMatchScalar) {
         float m_want = 0, m_got = 0;
         const float s_want =
             attention_tiles(GgmlType::F32, Isa::Scalar).exp_scores(want.data(), n, 0.3f, &m_want);
-        const float s_got = attention_tiles(GgmlType::F32, isa).exp_scores(got.data(), n, 0.3f, &m_got);
+        const float s_got =
+            attention_tiles(GgmlType::F32, isa).exp_scores(got.data(), n, 0.3f, &m_got);
         EXPECT_EQ(m_got, m_want);
         EXPECT_NEAR(s_got, s_want, 2e-6f * s_want) << "n " << n << " spread " << spread;
         bool has_one = false;
