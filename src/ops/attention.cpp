@@ -22,11 +22,10 @@
 // segments were folded by one item or merged after a split. A resumed session, a pipeline stage, a
 // verify batch and one-token decoding therefore reproduce one another bit for bit.
 //
-// The cache's stored types are read directly: every key type is dotted with the f32 query itself
-// (keys widened to f32 inside the kernel), so only the stored rounding reaches the scores; a
-// q8_0-rounded query would add its own error. Block-quantized keys (q8_0, q4_0) go through their
-// per-key f32-activation dot with the query padded with zeros to whole blocks, as the stored heads
-// are. Quantized value rows are dequantized once per run for all the item's queries.
+// Every key type is dotted with the f32 query itself, so only the stored rounding reaches the
+// scores; a q8_0-rounded query (what an int8 VNNI dot needs) would add its own error. Every stored
+// type (f32, f16, bf16, q8_0, q4_0) is read where it is stored and widened inside the kernel, once
+// per row for all the queries of a tile.
 #include "ops/attention.h"
 
 #include <algorithm>
@@ -100,8 +99,6 @@ thread_local std::vector<float> t_max;     // (block tokens, slots) a segment's 
 thread_local std::vector<float> t_sum;     // (block tokens, slots) its exp-sums
 thread_local std::vector<float> t_out;     // (block tokens, slots, head_dim_v) running sums
 thread_local std::vector<State> t_state;   // (block tokens, slots) running states
-thread_local std::vector<float> t_rows;    // (kRun, v_dim) dequantized value rows
-thread_local std::vector<float> t_qpad;    // one query padded to whole blocks
 
 template <class T>
 T* sized(std::vector<T>& v, size_t n) {
@@ -136,8 +133,6 @@ class Attender {
         vt_(p.values_in_keys ? kv.type_k() : kv.type_v()),
         tiles_(attention_tiles(kv_storage_type(kt_))),
         vsums_stored_(stored_value_sums(kv_storage_type(vt_))),
-        kdot_(f32_activation_dot(kv_storage_type(kt_))),
-        k_pad_(kv_padded_dim(kt_, p.head_dim_k)),
         k_head_(kv_head_bytes(kt_, p.head_dim_k)),
         v_dim_(p.values_in_keys ? p.head_dim_k : p.head_dim_v),
         v_head_(kv_head_bytes(vt_, v_dim_)),
@@ -146,6 +141,9 @@ class Attender {
     if (kv.shape(layer).head_dim_k != p.head_dim_k || kv.shape(layer).n_head != p.n_head_kv)
       fail("internal: layer {} KV cache holds {} heads of {}, attention reads {} of {}", layer,
            kv.shape(layer).n_head, kv.shape(layer).head_dim_k, p.n_head_kv, p.head_dim_k);
+    if (!tiles_.key_scores || (vt_ != KvType::kF32 && !vsums_stored_))
+      fail("internal: no attention tile reads {} keys and {} values", kv_type_name(kt_),
+           kv_type_name(vt_));
   }
 
   // Head groups per token.
@@ -190,7 +188,8 @@ class Attender {
 
     // Scores, key runs shared by every token and head of the item: each run's rows are located
     // once, and read whole (all the item's KV heads) while they sit in L1.
-    const bool tiled = tiles_.key_scores && k_pad_ == p_.head_dim_k;
+    // Scores, key runs shared by every token and head of the item: each run's rows are located
+    // once, and read whole (all the item's KV heads) while they sit in L1.
     const std::byte* rows[kRun];
     const std::byte* krows[kRun];
     for (int32_t a = all.k0; a < all.k1; a += kRun) {
@@ -205,19 +204,10 @@ class Attender {
           if (s >= e) continue;
           const float* qb = q_ + ((it.t0 + b) * p_.n_head + gr.h0) * p_.head_dim_k;
           float* out = sc + (static_cast<int64_t>(b) * ns + gi * kGroupHeads) * kSegment + (s - s0);
-          for (int j0 = 0; j0 < gr.nh; j0 += kMaxTileQueries) {
-            const int nq = std::min(kMaxTileQueries, gr.nh - j0);
-            if (tiled) {
-              tiles_.key_scores(p_.head_dim_k, krows + (s - a), e - s, qb + j0 * p_.head_dim_k,
-                                p_.head_dim_k, nq, out + j0 * kSegment, kSegment);
-              continue;
-            }
-            for (int j = j0; j < j0 + nq; ++j) {
-              const float* qj = query(qb + j * p_.head_dim_k);
-              for (int32_t k = s; k < e; ++k)
-                out[j * kSegment + k - s] = kdot_(k_pad_, krows[k - a], qj);
-            }
-          }
+          for (int j0 = 0; j0 < gr.nh; j0 += kMaxTileQueries)
+            tiles_.key_scores(p_.head_dim_k, krows + (s - a), e - s, qb + j0 * p_.head_dim_k,
+                              p_.head_dim_k, std::min(kMaxTileQueries, gr.nh - j0),
+                              out + j0 * kSegment, kSegment);
         }
       }
     }
@@ -235,33 +225,20 @@ class Attender {
         }
     }
 
-    // Value sums, value runs shared likewise: f32, f16 and bf16 rows read where they are stored,
-    // block-quantized ones dequantized once per run and KV head for all the item's queries.
-    const float* vrows[kRun];
+    // Value sums, value runs shared likewise, every type read where it is stored (f32 rows by
+    // value_sums, the others widened inside vsums_stored_).
     const std::byte* vraw[kRun];
-    const bool convert = vt_ != KvType::kF32 && !vsums_stored_;
-    if (convert) sized(t_rows, static_cast<size_t>(kRun) * v_dim_);
+    const float* vrows[kRun];
     for (int32_t a = all.k0; a < all.k1; a += kRun) {
       const int n = std::min(kRun, all.k1 - a);
       for (int i = 0; i < n; ++i)
         rows[i] = p_.values_in_keys ? kv_.k_row(seq, layer_, a + i) : kv_.v_row(seq, layer_, a + i);
       prefetch_run(seq, a + kRun, all.k1, true, it, kvh0, kvh1);
-      int loaded = -1;  // the KV head whose rows vrows/vraw hold
       for (int gi = 0; gi < it.ng; ++gi) {
         const Group gr = group(it.g0 + gi);
-        if (gr.kvh != loaded) {
-          loaded = gr.kvh;
-          for (int i = 0; i < n; ++i) {
-            const std::byte* raw = rows[i] + gr.kvh * v_head_;
-            vraw[i] = raw;
-            if (!convert) {
-              vrows[i] = reinterpret_cast<const float*>(raw);
-            } else {
-              float* row = t_rows.data() + static_cast<size_t>(i) * v_dim_;
-              kv_load_head(vt_, raw, v_dim_, row);
-              vrows[i] = row;
-            }
-          }
+        for (int i = 0; i < n; ++i) {
+          vraw[i] = rows[i] + gr.kvh * v_head_;
+          vrows[i] = reinterpret_cast<const float*>(vraw[i]);
         }
         for (int b = 0; b < it.nb; ++b) {
           const int32_t s = std::max(a, sp[b].k0), e = std::min(a + n, sp[b].k1);
@@ -356,15 +333,6 @@ class Attender {
     }
   }
 
-  // The query padded to the stored head's whole blocks (itself when no padding is needed); valid
-  // until the next call on this thread.
-  const float* query(const float* q) const {
-    if (k_pad_ == p_.head_dim_k) return q;
-    t_qpad.assign(k_pad_, 0.0f);
-    std::copy_n(q, p_.head_dim_k, t_qpad.begin());
-    return t_qpad.data();
-  }
-
   const AttentionParams& p_;
   const KvCache& kv_;
   int layer_;
@@ -374,8 +342,6 @@ class Attender {
   KvType kt_, vt_;
   AttentionTiles tiles_;
   StoredValueSumsFn vsums_stored_;  // f16/bf16 value rows read as stored; null otherwise
-  VecDotFn kdot_;                   // stored keys · f32 query, for key types without a tile kernel
-  int k_pad_;
   uint64_t k_head_;
   int v_dim_;  // floats per stored value head (MLA: the whole key row)
   uint64_t v_head_;

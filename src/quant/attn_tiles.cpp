@@ -1,6 +1,7 @@
 // Scalar attention tiles: the twins of attn_tiles_avx2.cpp, and the reference the generic build
-// runs. Keys: stored key rows (f32, f16, bf16) against up to kMaxTileQueries f32 queries; softmax
-// numerators of a score row (std::exp); values: weighted sums of f32 value rows, keys in order.
+// runs. Keys: stored key rows (f32, f16, bf16, q8_0, q4_0) against up to kMaxTileQueries f32
+// queries; softmax numerators of a score row (std::exp); values: weighted sums of f32 value rows,
+// keys in order.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -33,6 +34,22 @@ float bf16_at(const std::byte* row, int64_t i) {
   return f;
 }
 
+// Blocks of 32: an f16 scale d, then 32 int8 (q8_0) or 16 bytes of two 4-bit values offset by 8
+// (q4_0: low nibbles are values 0..15, high nibbles 16..31).
+float q8_0_at(const std::byte* row, int64_t i) {
+  const std::byte* b = row + (i / 32) * 34;
+  uint16_t d;
+  std::memcpy(&d, b, sizeof d);
+  return fp16_to_fp32(d) * static_cast<float>(static_cast<int8_t>(b[2 + i % 32]));
+}
+float q4_0_at(const std::byte* row, int64_t i) {
+  const std::byte* b = row + (i / 32) * 18;
+  uint16_t d;
+  std::memcpy(&d, b, sizeof d);
+  const auto q = static_cast<uint8_t>(b[2 + i % 16]);
+  return fp16_to_fp32(d) * static_cast<float>((i % 32 < 16 ? q & 0xF : q >> 4) - 8);
+}
+
 template <float (*At)(const std::byte*, int64_t)>
 void key_scores(int64_t dim, const std::byte* const* k_rows, int n_keys, const float* q,
                 int64_t q_stride, int n_q, float* scores, int64_t s_stride) {
@@ -57,6 +74,14 @@ void key_scores_f16(int64_t dim, const std::byte* const* k_rows, int n_keys, con
 void key_scores_bf16(int64_t dim, const std::byte* const* k_rows, int n_keys, const float* q,
                      int64_t q_stride, int n_q, float* scores, int64_t s_stride) {
   key_scores<bf16_at>(dim, k_rows, n_keys, q, q_stride, n_q, scores, s_stride);
+}
+void key_scores_q8_0(int64_t dim, const std::byte* const* k_rows, int n_keys, const float* q,
+                     int64_t q_stride, int n_q, float* scores, int64_t s_stride) {
+  key_scores<q8_0_at>(dim, k_rows, n_keys, q, q_stride, n_q, scores, s_stride);
+}
+void key_scores_q4_0(int64_t dim, const std::byte* const* k_rows, int n_keys, const float* q,
+                     int64_t q_stride, int n_q, float* scores, int64_t s_stride) {
+  key_scores<q4_0_at>(dim, k_rows, n_keys, q, q_stride, n_q, scores, s_stride);
 }
 
 void value_sums(int64_t dim, const float* const* v_rows, int n_keys, const float* w,
@@ -89,6 +114,14 @@ void value_sums_f16(int64_t dim, const std::byte* const* v_rows, int n_keys, con
 void value_sums_bf16(int64_t dim, const std::byte* const* v_rows, int n_keys, const float* w,
                      int64_t w_stride, int n_q, float* acc, int64_t acc_stride) {
   stored_value_sums<bf16_at>(dim, v_rows, n_keys, w, w_stride, n_q, acc, acc_stride);
+}
+void value_sums_q8_0(int64_t dim, const std::byte* const* v_rows, int n_keys, const float* w,
+                     int64_t w_stride, int n_q, float* acc, int64_t acc_stride) {
+  stored_value_sums<q8_0_at>(dim, v_rows, n_keys, w, w_stride, n_q, acc, acc_stride);
+}
+void value_sums_q4_0(int64_t dim, const std::byte* const* v_rows, int n_keys, const float* w,
+                     int64_t w_stride, int n_q, float* acc, int64_t acc_stride) {
+  stored_value_sums<q4_0_at>(dim, v_rows, n_keys, w, w_stride, n_q, acc, acc_stride);
 }
 
 float exp_scores(float* s, int64_t n, float scale, float* max) {

@@ -1,6 +1,6 @@
 // AVX2+FMA attention tiles (scalar twins: attn_tiles.cpp; tests compare them). Keys: up to
-// kMaxDotRows f32 queries against a run of stored key rows (f32, f16 or bf16), each key row
-// loaded once for all queries; values: weighted sums of f32 value rows into up to kMaxDotRows
+// kMaxDotRows f32 queries against a run of stored key rows (f32, f16, bf16, q8_0, q4_0), each key
+// row loaded once for all queries; values: weighted sums of f32 value rows into up to kMaxDotRows
 // accumulators. A query's score is computed by the same instructions whatever the other rows of
 // its tile are (missing rows are zero accumulators reduced by the same tree), so a query's
 // attention does not depend on how a prefill was cut into chunks or heads into tiles. Softmax
@@ -46,6 +46,40 @@ struct LoadBf16 {
     float f;
     __builtin_memcpy(&f, &b, sizeof f);
     return f;
+  }
+};
+
+// Block-quantized rows (blocks of 32 behind an f16 scale d): 8 values at i (a multiple of 8, so
+// within one block) widened and scaled; d · q is exact in f32, the dequantized value itself.
+struct LoadQ8_0 {
+  static __m256 load(const std::byte* row, int64_t i) {
+    const std::byte* b = row + (i / 32) * 34;
+    const __m256i q =
+        _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 2 + i % 32)));
+    return _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(*reinterpret_cast<const uint16_t*>(b))),
+                         _mm256_cvtepi32_ps(q));
+  }
+  static float at(const std::byte* row, int64_t i) {
+    const std::byte* b = row + (i / 32) * 34;
+    return _cvtsh_ss(*reinterpret_cast<const uint16_t*>(b)) *
+           static_cast<float>(static_cast<int8_t>(b[2 + i % 32]));
+  }
+};
+struct LoadQ4_0 {
+  static __m256 load(const std::byte* row, int64_t i) {
+    const std::byte* b = row + (i / 32) * 18;
+    __m256i q =
+        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 2 + i % 16)));
+    if (i % 32 >= 16) q = _mm256_srli_epi32(q, 4);
+    q = _mm256_sub_epi32(_mm256_and_si256(q, _mm256_set1_epi32(0xF)), _mm256_set1_epi32(8));
+    return _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(*reinterpret_cast<const uint16_t*>(b))),
+                         _mm256_cvtepi32_ps(q));
+  }
+  static float at(const std::byte* row, int64_t i) {
+    const std::byte* b = row + (i / 32) * 18;
+    const auto q = static_cast<uint8_t>(b[2 + i % 16]);
+    return _cvtsh_ss(*reinterpret_cast<const uint16_t*>(b)) *
+           static_cast<float>((i % 32 < 16 ? q & 0xF : q >> 4) - 8);
   }
 };
 
@@ -242,6 +276,14 @@ void key_scores_bf16(int64_t dim, const std::byte* const* k_rows, int n_keys, co
                      int64_t q_stride, int n_q, float* scores, int64_t s_stride) {
   key_scores<LoadBf16>(dim, k_rows, n_keys, q, q_stride, n_q, scores, s_stride);
 }
+void key_scores_q8_0(int64_t dim, const std::byte* const* k_rows, int n_keys, const float* q,
+                     int64_t q_stride, int n_q, float* scores, int64_t s_stride) {
+  key_scores<LoadQ8_0>(dim, k_rows, n_keys, q, q_stride, n_q, scores, s_stride);
+}
+void key_scores_q4_0(int64_t dim, const std::byte* const* k_rows, int n_keys, const float* q,
+                     int64_t q_stride, int n_q, float* scores, int64_t s_stride) {
+  key_scores<LoadQ4_0>(dim, k_rows, n_keys, q, q_stride, n_q, scores, s_stride);
+}
 
 // acc[t][d] += Σ_k w[t][k] · v[k][d], keys in order, 16 dims at a time so the accumulators of all
 // rows stay in registers across the keys.
@@ -264,6 +306,20 @@ void value_sums_bf16(int64_t dim, const std::byte* const* v_rows, int n_keys, co
                      int64_t w_stride, int n_q, float* acc, int64_t acc_stride) {
   in_chunks(n_q, [&](int t0, auto nx) {
     value_sum_rows<decltype(nx)::value, RowStored<LoadBf16>>(
+        dim, v_rows, n_keys, w + t0 * w_stride, w_stride, acc + t0 * acc_stride, acc_stride);
+  });
+}
+void value_sums_q8_0(int64_t dim, const std::byte* const* v_rows, int n_keys, const float* w,
+                     int64_t w_stride, int n_q, float* acc, int64_t acc_stride) {
+  in_chunks(n_q, [&](int t0, auto nx) {
+    value_sum_rows<decltype(nx)::value, RowStored<LoadQ8_0>>(
+        dim, v_rows, n_keys, w + t0 * w_stride, w_stride, acc + t0 * acc_stride, acc_stride);
+  });
+}
+void value_sums_q4_0(int64_t dim, const std::byte* const* v_rows, int n_keys, const float* w,
+                     int64_t w_stride, int n_q, float* acc, int64_t acc_stride) {
+  in_chunks(n_q, [&](int t0, auto nx) {
+    value_sum_rows<decltype(nx)::value, RowStored<LoadQ4_0>>(
         dim, v_rows, n_keys, w + t0 * w_stride, w_stride, acc + t0 * acc_stride, acc_stride);
   });
 }

@@ -1,10 +1,10 @@
 // AVX-512 attention tiles (scalar twins: attn_tiles.cpp; tests compare them): 16 lanes at a time,
 // and up to kMaxTileQueries queries per call (a whole GQA group of 8 heads), so a decode step
 // widens each stored key and value row once for all the heads that read it. Key scores: stored key
-// rows (f32, f16 or bf16) against the queries, one accumulator per (key, query), reduced 16 at a
-// time by one shuffle tree (sum16) whose order is the same for every score. Value sums:
-// acc = fma(w, v, acc) per element, keys in order, exactly the AVX2 kernels' operations (tails
-// through masked lanes).
+// rows (f32, f16, bf16, q8_0 or q4_0) against the queries, one accumulator per (key, query),
+// reduced 16 at a time by one shuffle tree (sum16) whose order is the same for every score. Value
+// sums: acc = fma(w, v, acc) per element, keys in order, exactly the AVX2 kernels' operations
+// (tails through masked lanes).
 #include <immintrin.h>
 
 #include <cstddef>
@@ -52,6 +52,42 @@ struct LoadBf16 {
   }
   static __m512 load(const std::byte* row, int64_t i, __mmask16 m) {
     return widen(_mm256_maskz_loadu_epi16(m, row + 2 * i));
+  }
+};
+// Block-quantized rows (blocks of 32 behind an f16 scale d): 16 values at i (a multiple of 16, so
+// within one block) widened and scaled; d · q is exact in f32, the dequantized value itself. Masked
+// lanes read as 0.
+struct LoadQ8_0 {
+  static __m512 scale(const std::byte* b) {
+    return _mm512_set1_ps(_cvtsh_ss(*reinterpret_cast<const uint16_t*>(b)));
+  }
+  static __m512 load(const std::byte* row, int64_t i) {
+    const std::byte* b = row + (i / 32) * 34;
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2 + i % 32));
+    return _mm512_mul_ps(scale(b), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
+  }
+  static __m512 load(const std::byte* row, int64_t i, __mmask16 m) {
+    const std::byte* b = row + (i / 32) * 34;
+    const __m128i q = _mm_maskz_loadu_epi8(m, b + 2 + i % 32);
+    return _mm512_mul_ps(scale(b), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
+  }
+};
+struct LoadQ4_0 {
+  static __m512 widen(const std::byte* b, __m128i bytes, int64_t i, __mmask16 m) {
+    __m512i q = _mm512_cvtepu8_epi32(bytes);
+    if (i % 32 >= 16) q = _mm512_srli_epi32(q, 4);
+    q = _mm512_maskz_sub_epi32(m, _mm512_and_si512(q, _mm512_set1_epi32(0xF)),
+                               _mm512_set1_epi32(8));
+    return _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(*reinterpret_cast<const uint16_t*>(b))),
+                         _mm512_cvtepi32_ps(q));
+  }
+  static __m512 load(const std::byte* row, int64_t i) {
+    const std::byte* b = row + (i / 32) * 18;
+    return widen(b, _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2)), i, 0xFFFF);
+  }
+  static __m512 load(const std::byte* row, int64_t i, __mmask16 m) {
+    const std::byte* b = row + (i / 32) * 18;
+    return widen(b, _mm_maskz_loadu_epi8(m, b + 2), i, m);
   }
 };
 // Value rows already in f32 (dequantized, or an f32 cache).
@@ -230,6 +266,14 @@ void key_scores_bf16(int64_t dim, const std::byte* const* k_rows, int n_keys, co
                      int64_t q_stride, int n_q, float* scores, int64_t s_stride) {
   key_scores<LoadBf16>(dim, k_rows, n_keys, q, q_stride, n_q, scores, s_stride);
 }
+void key_scores_q8_0(int64_t dim, const std::byte* const* k_rows, int n_keys, const float* q,
+                     int64_t q_stride, int n_q, float* scores, int64_t s_stride) {
+  key_scores<LoadQ8_0>(dim, k_rows, n_keys, q, q_stride, n_q, scores, s_stride);
+}
+void key_scores_q4_0(int64_t dim, const std::byte* const* k_rows, int n_keys, const float* q,
+                     int64_t q_stride, int n_q, float* scores, int64_t s_stride) {
+  key_scores<LoadQ4_0>(dim, k_rows, n_keys, q, q_stride, n_q, scores, s_stride);
+}
 void value_sums(int64_t dim, const float* const* v_rows, int n_keys, const float* w,
                 int64_t w_stride, int n_q, float* acc, int64_t acc_stride) {
   value_sums<LoadRowF32>(dim, v_rows, n_keys, w, w_stride, n_q, acc, acc_stride);
@@ -241,6 +285,14 @@ void value_sums_f16(int64_t dim, const std::byte* const* v_rows, int n_keys, con
 void value_sums_bf16(int64_t dim, const std::byte* const* v_rows, int n_keys, const float* w,
                      int64_t w_stride, int n_q, float* acc, int64_t acc_stride) {
   value_sums<LoadBf16>(dim, v_rows, n_keys, w, w_stride, n_q, acc, acc_stride);
+}
+void value_sums_q8_0(int64_t dim, const std::byte* const* v_rows, int n_keys, const float* w,
+                     int64_t w_stride, int n_q, float* acc, int64_t acc_stride) {
+  value_sums<LoadQ8_0>(dim, v_rows, n_keys, w, w_stride, n_q, acc, acc_stride);
+}
+void value_sums_q4_0(int64_t dim, const std::byte* const* v_rows, int n_keys, const float* w,
+                     int64_t w_stride, int n_q, float* acc, int64_t acc_stride) {
+  value_sums<LoadQ4_0>(dim, v_rows, n_keys, w, w_stride, n_q, acc, acc_stride);
 }
 
 }  // namespace sluice::avx512

@@ -292,13 +292,29 @@ AttentionTiles attention_tiles(GgmlType key_storage, Isa isa) {
   t.exp_scores = simd ? avx2::exp_scores : scalar::exp_scores;
   switch (key_storage) {
     case GgmlType::F32:
-      t.key_scores = wide ? avx512::key_scores_f32 : simd ? avx2::key_scores_f32 : scalar::key_scores_f32;
+      t.key_scores = wide   ? avx512::key_scores_f32
+                     : simd ? avx2::key_scores_f32
+                            : scalar::key_scores_f32;
       break;
     case GgmlType::F16:
-      t.key_scores = wide ? avx512::key_scores_f16 : simd ? avx2::key_scores_f16 : scalar::key_scores_f16;
+      t.key_scores = wide   ? avx512::key_scores_f16
+                     : simd ? avx2::key_scores_f16
+                            : scalar::key_scores_f16;
       break;
     case GgmlType::BF16:
-      t.key_scores = wide ? avx512::key_scores_bf16 : simd ? avx2::key_scores_bf16 : scalar::key_scores_bf16;
+      t.key_scores = wide   ? avx512::key_scores_bf16
+                     : simd ? avx2::key_scores_bf16
+                            : scalar::key_scores_bf16;
+      break;
+    case GgmlType::Q8_0:
+      t.key_scores = wide   ? avx512::key_scores_q8_0
+                     : simd ? avx2::key_scores_q8_0
+                            : scalar::key_scores_q8_0;
+      break;
+    case GgmlType::Q4_0:
+      t.key_scores = wide   ? avx512::key_scores_q4_0
+                     : simd ? avx2::key_scores_q4_0
+                            : scalar::key_scores_q4_0;
       break;
     default:
       break;
@@ -312,26 +328,19 @@ StoredValueSumsFn stored_value_sums(GgmlType value_storage, Isa isa) {
     case GgmlType::F16:
       return wide ? avx512::value_sums_f16 : simd ? avx2::value_sums_f16 : scalar::value_sums_f16;
     case GgmlType::BF16:
-      return wide ? avx512::value_sums_bf16
-                  : simd ? avx2::value_sums_bf16 : scalar::value_sums_bf16;
+      return wide   ? avx512::value_sums_bf16
+             : simd ? avx2::value_sums_bf16
+                    : scalar::value_sums_bf16;
+    case GgmlType::Q8_0:
+      return wide   ? avx512::value_sums_q8_0
+             : simd ? avx2::value_sums_q8_0
+                    : scalar::value_sums_q8_0;
+    case GgmlType::Q4_0:
+      return wide   ? avx512::value_sums_q4_0
+             : simd ? avx2::value_sums_q4_0
+                    : scalar::value_sums_q4_0;
     default:
       return nullptr;
-  }
-}
-
-VecDotFn f32_activation_dot(GgmlType weight) {
-  const bool simd = active_isa() >= Isa::Avx2;
-  switch (weight) {
-    case GgmlType::F32:
-    case GgmlType::F16:
-    case GgmlType::BF16:
-      return dot_kernels(weight).vec_dot;
-    case GgmlType::Q8_0:
-      return simd ? avx2::vec_dot_q8_0_f32 : scalar::vec_dot_q8_0_f32;
-    case GgmlType::Q4_0:
-      return simd ? avx2::vec_dot_q4_0_f32 : scalar::vec_dot_q4_0_f32;
-    default:
-      fail("f32_activation_dot: no f32-activation dot kernel for {}", type_name(weight));
   }
 }
 

@@ -2,7 +2,8 @@
 // kernel reads (its "vec-dot type") and to the kernel itself; the AVX2 set is used when the CPU has
 // AVX2 and FMA and SLUICE_NO_SIMD is not set, so one binary runs everywhere and tests can force the
 // scalar reference path. The AVX-512 set (AVX2 kernels plus the VNNI GEMM and 16-lane attention
-// tiles) is used when the CPU also has AVX-512 F/BW/VL/VNNI; SLUICE_ISA=scalar|avx2|avx512 caps the choice for comparisons.
+// tiles) is used when the CPU also has AVX-512 F/BW/VL/VNNI; SLUICE_ISA=scalar|avx2|avx512 caps the
+// choice for comparisons.
 #pragma once
 
 #include <cstdint>
@@ -59,15 +60,15 @@ inline DotKernels dot_kernels(GgmlType weight) {
   return dot_kernels(weight, active_isa());
 }
 
-// Attention tile kernels of a set (see KeyScoresFn in quant/kernels.h). key_scores is null for
-// stored key types it does not read (Q8_0, Q4_0: use f32_activation_dot per key and query).
+// Attention tile kernels of a set (see KeyScoresFn in quant/kernels.h). key_scores reads the KV
+// cache's key types (F32, F16, BF16, Q8_0, Q4_0) and is null for any other.
 struct AttentionTiles {
   KeyScoresFn key_scores = nullptr;
   ValueSumsFn value_sums = nullptr;
   ExpScoresFn exp_scores = nullptr;
 };
-// The value-sum kernel that reads stored rows of `value_storage` (F16, BF16) directly; null for
-// other types (F32 rows are read by value_sums, block-quantized ones dequantized first).
+// The value-sum kernel that reads stored rows of `value_storage` (F16, BF16, Q8_0, Q4_0)
+// directly; null for other types (F32 rows are read by value_sums).
 StoredValueSumsFn stored_value_sums(GgmlType value_storage, Isa isa);
 inline StoredValueSumsFn stored_value_sums(GgmlType value_storage) {
   return stored_value_sums(value_storage, active_isa());
@@ -76,10 +77,6 @@ AttentionTiles attention_tiles(GgmlType key_storage, Isa isa);
 inline AttentionTiles attention_tiles(GgmlType key_storage) {
   return attention_tiles(key_storage, active_isa());
 }
-
-// A dot kernel of the active set that reads `weight` rows against unrounded f32 activations: F32,
-// F16, BF16, Q8_0 and Q4_0 (attention's keys against the query). Throws sluice::Error otherwise.
-VecDotFn f32_activation_dot(GgmlType weight);
 
 // Activation quantizers through the active set.
 void quantize_row_q8_0(const float* x, void* y, int64_t n);

@@ -60,34 +60,6 @@ float vec_dot_bf16(int64_t n, const void* w, const void* x) {
   return s;
 }
 
-float vec_dot_q8_0_f32(int64_t n, const void* w, const void* x) {
-  const auto* a = static_cast<const BlockQ8_0*>(w);
-  const auto* b = static_cast<const float*>(x);
-  float s = 0.0f;
-  for (int64_t i = 0; i < n / kQK; ++i) {
-    float sum = 0.0f;
-    for (int j = 0; j < kQK; ++j) sum += static_cast<float>(a[i].qs[j]) * b[i * kQK + j];
-    s += fp16_to_fp32(a[i].d) * sum;
-  }
-  return s;
-}
-
-float vec_dot_q4_0_f32(int64_t n, const void* w, const void* x) {
-  const auto* a = static_cast<const BlockQ4_0*>(w);
-  const auto* b = static_cast<const float*>(x);
-  float s = 0.0f;
-  for (int64_t i = 0; i < n / kQK; ++i) {
-    const float* xb = b + i * kQK;
-    float sum = 0.0f;
-    for (int j = 0; j < kQK / 2; ++j) {
-      sum += static_cast<float>((a[i].qs[j] & 0xF) - 8) * xb[j];
-      sum += static_cast<float>((a[i].qs[j] >> 4) - 8) * xb[j + kQK / 2];
-    }
-    s += fp16_to_fp32(a[i].d) * sum;
-  }
-  return s;
-}
-
 float vec_dot_q8_0(int64_t n, const void* w, const void* x) {
   const auto* a = static_cast<const BlockQ8_0*>(w);
   const auto* b = static_cast<const BlockQ8_0*>(x);

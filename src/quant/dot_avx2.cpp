@@ -121,45 +121,6 @@ float vec_dot_f16(int64_t n, const void* w, const void* x) {
   return s;
 }
 
-float vec_dot_q8_0_f32(int64_t n, const void* w, const void* x) {
-  const auto* a = static_cast<const BlockQ8_0*>(w);
-  const auto* b = static_cast<const float*>(x);
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t i = 0; i < n / kQK; ++i) {
-    const float* xb = b + i * kQK;
-    __m256 sum = _mm256_setzero_ps();
-    for (int k = 0; k < 4; ++k) {
-      const __m128i q8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(a[i].qs + 8 * k));
-      const __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8));
-      sum = _mm256_fmadd_ps(q, _mm256_loadu_ps(xb + 8 * k), sum);
-    }
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16_scalar(a[i].d)), sum, acc);
-  }
-  return hsum(acc);
-}
-
-float vec_dot_q4_0_f32(int64_t n, const void* w, const void* x) {
-  const auto* a = static_cast<const BlockQ4_0*>(w);
-  const auto* b = static_cast<const float*>(x);
-  const __m128i low = _mm_set1_epi8(0xF);
-  const __m256i eight = _mm256_set1_epi32(8);
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t i = 0; i < n / kQK; ++i) {
-    const float* xb = b + i * kQK;
-    const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a[i].qs));
-    // Low nibbles are values 0..15 of the block, high nibbles values 16..31.
-    const __m128i nib[2] = {_mm_and_si128(qs, low), _mm_and_si128(_mm_srli_epi16(qs, 4), low)};
-    __m256 sum = _mm256_setzero_ps();
-    for (int k = 0; k < 4; ++k) {
-      const __m128i part = k % 2 == 0 ? nib[k / 2] : _mm_srli_si128(nib[k / 2], 8);
-      const __m256i v = _mm256_sub_epi32(_mm256_cvtepu8_epi32(part), eight);
-      sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_loadu_ps(xb + 8 * k), sum);
-    }
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16_scalar(a[i].d)), sum, acc);
-  }
-  return hsum(acc);
-}
-
 float vec_dot_bf16(int64_t n, const void* w, const void* x) {
   const auto* a = static_cast<const uint16_t*>(w);
   const auto* b = static_cast<const float*>(x);

@@ -51,18 +51,20 @@ void with_row_count(int n_x, Rows&& rows) {
 using GemmFn = void (*)(int64_t n, const void* w, uint64_t w_stride, int64_t n_w, const void* x,
                         uint64_t x_stride, int64_t n_x, float* y, uint64_t y_stride);
 
-// Attention tiles (ops/attention.cpp). Key scores: n_keys stored key rows k_rows[k] (f32, f16 or
-// bf16, dim values) dotted with n_q (1..kMaxTileQueries) f32 queries q + t * q_stride into
-// scores[t * s_stride + k]. Value sums: acc[t * acc_stride + d] += Σ_k w[t * w_stride + k] ·
-// v_rows[k][d], keys in order. A row's results never depend on the other rows of its tile.
+// Attention tiles (ops/attention.cpp). Key scores: n_keys stored key rows k_rows[k] (f32, f16,
+// bf16, or q8_0/q4_0 blocks padded to whole blocks; dim values) dotted with n_q
+// (1..kMaxTileQueries) f32 queries q + t * q_stride into scores[t * s_stride + k]. Value sums:
+// acc[t * acc_stride + d] += Σ_k w[t * w_stride + k] · v_rows[k][d], keys in order. A row's results
+// never depend on the other rows of its tile.
 inline constexpr int kMaxTileQueries = 8;  // a GQA group of 8 query heads reads a key row once
 using KeyScoresFn = void (*)(int64_t dim, const std::byte* const* k_rows, int n_keys,
                              const float* q, int64_t q_stride, int n_q, float* scores,
                              int64_t s_stride);
 using ValueSumsFn = void (*)(int64_t dim, const float* const* v_rows, int n_keys, const float* w,
                              int64_t w_stride, int n_q, float* acc, int64_t acc_stride);
-// Value sums over stored f16 or bf16 rows (dim values each), widened to f32 in the kernel: the
-// same results as value_sums over the rows converted to f32 beforehand.
+// Value sums over stored f16, bf16, q8_0 or q4_0 rows (dim values each), widened to f32 in the
+// kernel: the same results as value_sums over the rows converted to f32 beforehand (d · q is exact
+// in f32, so a widened block value equals its dequantized one).
 using StoredValueSumsFn = void (*)(int64_t dim, const std::byte* const* v_rows, int n_keys,
                                    const float* w, int64_t w_stride, int n_q, float* acc,
                                    int64_t acc_stride);
@@ -89,14 +91,18 @@ void value_sums_f16(int64_t dim, const std::byte* const* v_rows, int n_keys, con
                     int64_t w_stride, int n_q, float* acc, int64_t acc_stride);
 void value_sums_bf16(int64_t dim, const std::byte* const* v_rows, int n_keys, const float* w,
                      int64_t w_stride, int n_q, float* acc, int64_t acc_stride);
+void key_scores_q8_0(int64_t dim, const std::byte* const* k_rows, int n_keys, const float* q,
+                     int64_t q_stride, int n_q, float* scores, int64_t s_stride);
+void key_scores_q4_0(int64_t dim, const std::byte* const* k_rows, int n_keys, const float* q,
+                     int64_t q_stride, int n_q, float* scores, int64_t s_stride);
+void value_sums_q8_0(int64_t dim, const std::byte* const* v_rows, int n_keys, const float* w,
+                     int64_t w_stride, int n_q, float* acc, int64_t acc_stride);
+void value_sums_q4_0(int64_t dim, const std::byte* const* v_rows, int n_keys, const float* w,
+                     int64_t w_stride, int n_q, float* acc, int64_t acc_stride);
 
 float vec_dot_f32(int64_t n, const void* w, const void* x);
 float vec_dot_f16(int64_t n, const void* w, const void* x);
 float vec_dot_bf16(int64_t n, const void* w, const void* x);
-// Block-quantized rows against f32 activations (the KV cache's keys against an unrounded
-// query): each value is scale * int, summed in f32.
-float vec_dot_q8_0_f32(int64_t n, const void* w, const void* x);
-float vec_dot_q4_0_f32(int64_t n, const void* w, const void* x);
 
 float vec_dot_q8_0(int64_t n, const void* w, const void* x);
 float vec_dot_q4_0(int64_t n, const void* w, const void* x);
@@ -139,14 +145,18 @@ void value_sums_f16(int64_t dim, const std::byte* const* v_rows, int n_keys, con
                     int64_t w_stride, int n_q, float* acc, int64_t acc_stride);
 void value_sums_bf16(int64_t dim, const std::byte* const* v_rows, int n_keys, const float* w,
                      int64_t w_stride, int n_q, float* acc, int64_t acc_stride);
+void key_scores_q8_0(int64_t dim, const std::byte* const* k_rows, int n_keys, const float* q,
+                     int64_t q_stride, int n_q, float* scores, int64_t s_stride);
+void key_scores_q4_0(int64_t dim, const std::byte* const* k_rows, int n_keys, const float* q,
+                     int64_t q_stride, int n_q, float* scores, int64_t s_stride);
+void value_sums_q8_0(int64_t dim, const std::byte* const* v_rows, int n_keys, const float* w,
+                     int64_t w_stride, int n_q, float* acc, int64_t acc_stride);
+void value_sums_q4_0(int64_t dim, const std::byte* const* v_rows, int n_keys, const float* w,
+                     int64_t w_stride, int n_q, float* acc, int64_t acc_stride);
 
 float vec_dot_f32(int64_t n, const void* w, const void* x);
 float vec_dot_f16(int64_t n, const void* w, const void* x);
 float vec_dot_bf16(int64_t n, const void* w, const void* x);
-// Block-quantized rows against f32 activations (the KV cache's keys against an unrounded
-// query): each value is scale * int, summed in f32.
-float vec_dot_q8_0_f32(int64_t n, const void* w, const void* x);
-float vec_dot_q4_0_f32(int64_t n, const void* w, const void* x);
 
 float vec_dot_q8_0(int64_t n, const void* w, const void* x);
 float vec_dot_q4_0(int64_t n, const void* w, const void* x);
@@ -241,6 +251,14 @@ void value_sums(int64_t dim, const float* const* v_rows, int n_keys, const float
 void value_sums_f16(int64_t dim, const std::byte* const* v_rows, int n_keys, const float* w,
                     int64_t w_stride, int n_q, float* acc, int64_t acc_stride);
 void value_sums_bf16(int64_t dim, const std::byte* const* v_rows, int n_keys, const float* w,
+                     int64_t w_stride, int n_q, float* acc, int64_t acc_stride);
+void key_scores_q8_0(int64_t dim, const std::byte* const* k_rows, int n_keys, const float* q,
+                     int64_t q_stride, int n_q, float* scores, int64_t s_stride);
+void key_scores_q4_0(int64_t dim, const std::byte* const* k_rows, int n_keys, const float* q,
+                     int64_t q_stride, int n_q, float* scores, int64_t s_stride);
+void value_sums_q8_0(int64_t dim, const std::byte* const* v_rows, int n_keys, const float* w,
+                     int64_t w_stride, int n_q, float* acc, int64_t acc_stride);
+void value_sums_q4_0(int64_t dim, const std::byte* const* v_rows, int n_keys, const float* w,
                      int64_t w_stride, int n_q, float* acc, int64_t acc_stride);
 }  // namespace avx512
 

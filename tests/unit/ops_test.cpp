@@ -7,8 +7,8 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
-#include <string>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -42,8 +42,12 @@ struct AttnCase {
 struct KvData {
   int n_pos, width;
   std::vector<float> keys, vals;
-  const float* k(int s, int p) const { return keys.data() + (static_cast<size_t>(s) * n_pos + p) * width; }
-  const float* v(int s, int p) const { return vals.data() + (static_cast<size_t>(s) * n_pos + p) * width; }
+  const float* k(int s, int p) const {
+    return keys.data() + (static_cast<size_t>(s) * n_pos + p) * width;
+  }
+  const float* v(int s, int p) const {
+    return vals.data() + (static_cast<size_t>(s) * n_pos + p) * width;
+  }
 };
 
 // Fills layer 0 of n_seq sequences with n_pos random keys and values each and reads back what the
@@ -57,10 +61,10 @@ KvData fill_kv(KvCache& kv, int n_seq, int n_pos, int width) {
     for (int p = 0; p < n_pos; ++p) {
       kv.store(s, 0, p, d.k(s, p), d.v(s, p));
       for (int h = 0; h < sh.n_head; ++h) {
-        kv_load_head(kv.type_k(), kv.k_row(s, 0, p) + h * kv_head_bytes(kv.type_k(), sh.head_dim_k), sh.head_dim_k,
-                     const_cast<float*>(d.k(s, p)) + h * sh.head_dim_k);
-        kv_load_head(kv.type_v(), kv.v_row(s, 0, p) + h * kv_head_bytes(kv.type_v(), sh.head_dim_v), sh.head_dim_v,
-                     const_cast<float*>(d.v(s, p)) + h * sh.head_dim_v);
+        kv_load_head(kv.type_k(), kv.k_row(s, 0, p) + h * kv_head_bytes(kv.type_k(), sh.head_dim_k),
+                     sh.head_dim_k, const_cast<float*>(d.k(s, p)) + h * sh.head_dim_k);
+        kv_load_head(kv.type_v(), kv.v_row(s, 0, p) + h * kv_head_bytes(kv.type_v(), sh.head_dim_v),
+                     sh.head_dim_v, const_cast<float*>(d.v(s, p)) + h * sh.head_dim_v);
       }
     }
   }
@@ -70,7 +74,8 @@ KvData fill_kv(KvCache& kv, int n_seq, int n_pos, int width) {
 // Checks attention output against a double-precision dense softmax over the visible positions.
 void expect_dense(const AttnCase& c, const KvData& kv, const std::vector<float>& q,
                   const std::vector<float>& sinks, const std::vector<int32_t>& seq,
-                  const std::vector<int32_t>& pos, const std::vector<float>& out, float scale, double tol = 1e-5) {
+                  const std::vector<int32_t>& pos, const std::vector<float>& out, float scale,
+                  double tol = 1e-5) {
   for (size_t t = 0; t < seq.size(); ++t)
     for (int h = 0; h < c.n_head; ++h) {
       const int kvh = h * c.n_head_kv / c.n_head;
@@ -82,7 +87,8 @@ void expect_dense(const AttnCase& c, const KvData& kv, const std::vector<float>&
         visible[k] = c.window == 0 || pos[t] - k < c.window;
         if (!visible[k]) continue;
         double d = 0;
-        for (int i = 0; i < c.hd; ++i) d += double(q[(t * c.n_head + h) * c.hd + i]) * kv.k(seq[t], k)[kvh * c.hd + i];
+        for (int i = 0; i < c.hd; ++i)
+          d += double(q[(t * c.n_head + h) * c.hd + i]) * kv.k(seq[t], k)[kvh * c.hd + i];
         w[k] = d * scale;
         mx = std::max(mx, w[k]);
       }
@@ -93,7 +99,8 @@ void expect_dense(const AttnCase& c, const KvData& kv, const std::vector<float>&
         double acc = 0;
         for (int k = 0; k < n_pos; ++k)
           if (visible[k]) acc += w[k] * kv.v(seq[t], k)[kvh * c.hd + i];
-        EXPECT_NEAR(out[(t * c.n_head + h) * c.hd + i], acc / sum, tol) << "token " << t << " head " << h;
+        EXPECT_NEAR(out[(t * c.n_head + h) * c.hd + i], acc / sum, tol)
+            << "token " << t << " head " << h;
       }
     }
 }
@@ -110,10 +117,12 @@ TEST_P(AttentionTest, MatchesDenseReference) {
   const std::vector<int32_t> pos = {0, 5, 36, 20};
   auto q = randn(seq.size() * c.n_head * c.hd, 3);
   auto sinks = randn(c.n_head, 4);
-  AttentionParams ap{c.n_head, c.n_head_kv, c.hd, c.hd, 0.37f, c.window, c.sinks ? sinks.data() : nullptr};
+  AttentionParams ap{
+      c.n_head, c.n_head_kv, c.hd, c.hd, 0.37f, c.window, c.sinks ? sinks.data() : nullptr};
   std::vector<float> out(seq.size() * c.n_head * c.hd);
   ThreadPool pool(2);
-  attention(pool, ap, kv, 0, q.data(), seq.data(), pos.data(), static_cast<int64_t>(seq.size()), out.data());
+  attention(pool, ap, kv, 0, q.data(), seq.data(), pos.data(), static_cast<int64_t>(seq.size()),
+            out.data());
   expect_dense(c, data, q, sinks, seq, pos, out, 0.37f);
 }
 
@@ -130,19 +139,22 @@ TEST_P(AttentionTest, LongContextSplitMatchesDenseReference) {
   auto q = randn(seq.size() * c.n_head * c.hd, 5);
   auto sinks = randn(c.n_head, 6);
   const AttnCase wide{c.n_head, c.n_head_kv, c.hd, c.window * 100, c.sinks};
-  AttentionParams ap{c.n_head, c.n_head_kv, c.hd, c.hd, 0.11f, wide.window, c.sinks ? sinks.data() : nullptr};
+  AttentionParams ap{
+      c.n_head, c.n_head_kv, c.hd, c.hd, 0.11f, wide.window, c.sinks ? sinks.data() : nullptr};
   std::vector<float> out(seq.size() * c.n_head * c.hd);
   ThreadPool pool(6);
-  attention(pool, ap, kv, 0, q.data(), seq.data(), pos.data(), static_cast<int64_t>(seq.size()), out.data());
+  attention(pool, ap, kv, 0, q.data(), seq.data(), pos.data(), static_cast<int64_t>(seq.size()),
+            out.data());
   expect_dense(wide, data, q, sinks, seq, pos, out, 0.11f);
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTest,
-                         ::testing::Values(AttnCase{4, 4, 16, 0, false}, AttnCase{8, 2, 32, 0, false},
-                                           AttnCase{6, 1, 8, 0, false}, AttnCase{4, 2, 16, 7, false},
-                                           AttnCase{4, 2, 16, 0, true}, AttnCase{4, 2, 16, 5, true},
-                                           AttnCase{16, 2, 128, 0, false}, AttnCase{24, 2, 40, 3, true},
-                                           AttnCase{20, 1, 72, 0, true}));
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, AttentionTest,
+    ::testing::Values(AttnCase{4, 4, 16, 0, false}, AttnCase{8, 2, 32, 0, false},
+                      AttnCase{6, 1, 8, 0, false}, AttnCase{4, 2, 16, 7, false},
+                      AttnCase{4, 2, 16, 0, true}, AttnCase{4, 2, 16, 5, true},
+                      AttnCase{16, 2, 128, 0, false}, AttnCase{24, 2, 40, 3, true},
+                      AttnCase{20, 1, 72, 0, true}));
 
 // A token's attention is the fold of the same per-segment states whatever else is computed with
 // it: alone on one thread (positions split into segment items), in a batch of scattered tokens
@@ -158,7 +170,8 @@ TEST(Attention, TokenResultDoesNotDependOnBatchOrThreads) {
       KvCache kv({{c.n_head_kv, c.hd, c.hd, window}}, 2048, {t, t, 0});
       const KvData data = fill_kv(kv, 1, n_pos, c.n_head_kv * c.hd);
       auto sinks = randn(c.n_head, 8);
-      AttentionParams ap{c.n_head, c.n_head_kv, c.hd, c.hd, 0.13f, window, c.sinks ? sinks.data() : nullptr};
+      AttentionParams ap{
+          c.n_head, c.n_head_kv, c.hd, c.hd, 0.13f, window, c.sinks ? sinks.data() : nullptr};
       const int64_t width = int64_t{c.n_head} * c.hd;
       std::vector<int32_t> pos = {0, 255, 256, 511, 700, 1023, 1024, 1099};
       for (int32_t p = 1090; p < 1099; ++p) pos.push_back(p);
@@ -169,7 +182,8 @@ TEST(Attention, TokenResultDoesNotDependOnBatchOrThreads) {
         ThreadPool pool(1);
         for (size_t i = 0; i < pos.size(); ++i) {
           const int32_t s = 0;
-          attention(pool, ap, kv, 0, q_all.data() + i * width, &s, &pos[i], 1, alone.data() + i * width);
+          attention(pool, ap, kv, 0, q_all.data() + i * width, &s, &pos[i], 1,
+                    alone.data() + i * width);
         }
       }
       expect_dense(c, data, q_all, sinks, std::vector<int32_t>(pos.size(), 0), pos, alone, 0.13f);
@@ -177,12 +191,15 @@ TEST(Attention, TokenResultDoesNotDependOnBatchOrThreads) {
         ThreadPool pool(threads);
         std::vector<float> out(pos.size() * width);
         const std::vector<int32_t> seq(pos.size(), 0);
-        attention(pool, ap, kv, 0, q_all.data(), seq.data(), pos.data(), static_cast<int64_t>(pos.size()), out.data());
-        EXPECT_EQ(0, std::memcmp(out.data(), alone.data(), out.size() * sizeof(float))) << threads << " threads";
+        attention(pool, ap, kv, 0, q_all.data(), seq.data(), pos.data(),
+                  static_cast<int64_t>(pos.size()), out.data());
+        EXPECT_EQ(0, std::memcmp(out.data(), alone.data(), out.size() * sizeof(float)))
+            << threads << " threads";
         // One token on its own with this pool (decode).
         std::vector<float> one(width);
         attention(pool, ap, kv, 0, q_all.data() + 7 * width, seq.data(), &pos[7], 1, one.data());
-        EXPECT_EQ(0, std::memcmp(one.data(), alone.data() + 7 * width, width * sizeof(float))) << threads;
+        EXPECT_EQ(0, std::memcmp(one.data(), alone.data() + 7 * width, width * sizeof(float)))
+            << threads;
       }
     }
 }
@@ -305,40 +322,63 @@ TEST_P(KvTypeAttention, MatchesDenseOverStoredRows) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, KvTypeAttention,
-                         ::testing::Values(KvType::kF16, KvType::kBF16, KvType::kQ8_0, KvType::kQ4_0),
+                         ::testing::Values(KvType::kF16, KvType::kBF16, KvType::kQ8_0,
+                                           KvType::kQ4_0),
                          [](const auto& info) { return std::string(kv_type_name(info.param)); });
 
-// The key kernels that read stored rows against the f32 query: the scalar kernel equals the
-// dequantized row's dot (in double) up to float rounding, and the AVX2 twin equals the scalar one.
-TEST(KvKeyDot, F32QueryKernelsMatchDequantizedRowsAndTheirTwins) {
-  const int n = 256;
-  for (KvType t : {KvType::kF32, KvType::kF16, KvType::kBF16, KvType::kQ8_0, KvType::kQ4_0}) {
-    SCOPED_TRACE(kv_type_name(t));
-    for (uint32_t seed = 1; seed <= 8; ++seed) {
-      const auto k = randn(n, seed), q = randn(n, 100 + seed);
-      std::vector<std::byte> raw(kv_head_bytes(t, n));
-      std::vector<float> deq(n);
-      kv_store_head(t, k.data(), n, raw.data());
-      kv_load_head(t, raw.data(), n, deq.data());
-      double ref = 0, mag = 0;
-      for (int i = 0; i < n; ++i) {
-        ref += static_cast<double>(deq[i]) * q[i];
-        mag += std::fabs(static_cast<double>(deq[i]) * q[i]);
+// The attention tiles read every KV cache type where it is stored, against f32 queries: each
+// key score equals the dequantized row's dot (in double) up to float rounding in every kernel set,
+// and value sums over stored rows equal value sums over the dequantized rows bit for bit (a stored
+// value widens exactly to its dequantized float).
+TEST(KvTiles, StoredRowsScoreAndSumAsTheirDequantizedValues) {
+  std::vector<Isa> sets{Isa::Scalar};
+  if (cpu_has_avx2()) sets.push_back(Isa::Avx2);
+  if (cpu_has_avx512()) sets.push_back(Isa::Avx512);
+  const int n_keys = 37, n_q = kMaxTileQueries;
+  for (KvType t : {KvType::kF32, KvType::kF16, KvType::kBF16, KvType::kQ8_0, KvType::kQ4_0})
+    for (int dim : {64, 72, 128, 200}) {
+      SCOPED_TRACE(std::string(kv_type_name(t)) + " dim " + std::to_string(dim));
+      const uint64_t head = kv_head_bytes(t, dim);
+      std::vector<std::byte> raw(head * n_keys);
+      std::vector<float> deq(static_cast<size_t>(dim) * n_keys);
+      std::vector<const std::byte*> rows;
+      std::vector<const float*> deq_ptrs;
+      for (int k = 0; k < n_keys; ++k) {
+        const auto x = randn(dim, 1 + k + dim);
+        kv_store_head(t, x.data(), dim, raw.data() + k * head);
+        kv_load_head(t, raw.data() + k * head, dim, deq.data() + static_cast<size_t>(k) * dim);
+        rows.push_back(raw.data() + k * head);
+        deq_ptrs.push_back(deq.data() + static_cast<size_t>(k) * dim);
       }
+      const auto q = randn(static_cast<size_t>(n_q) * dim, 500 + dim);
+      const auto w = randn(static_cast<size_t>(n_q) * n_keys, 700 + dim);
       const GgmlType st = kv_storage_type(t);
-      const float scalar = t == KvType::kQ8_0   ? scalar::vec_dot_q8_0_f32(n, raw.data(), q.data())
-                           : t == KvType::kQ4_0 ? scalar::vec_dot_q4_0_f32(n, raw.data(), q.data())
-                                                : dot_kernels(st, Isa::Scalar).vec_dot(n, raw.data(), q.data());
-      EXPECT_NEAR(scalar, ref, 1e-5 * mag);
-      EXPECT_NEAR(f32_activation_dot(st)(n, raw.data(), q.data()), scalar, 1e-5 * mag);
-      if (!cpu_has_avx2()) continue;
-      const float simd = t == KvType::kQ8_0   ? avx2::vec_dot_q8_0_f32(n, raw.data(), q.data())
-                         : t == KvType::kQ4_0 ? avx2::vec_dot_q4_0_f32(n, raw.data(), q.data())
-                                              : dot_kernels(st, Isa::Avx2).vec_dot(n, raw.data(), q.data());
-      EXPECT_NEAR(simd, scalar, 1e-5 * mag);
+      for (Isa isa : sets) {
+        SCOPED_TRACE(isa_name(isa));
+        const AttentionTiles tiles = attention_tiles(st, isa);
+        ASSERT_NE(tiles.key_scores, nullptr);
+        std::vector<float> scores(static_cast<size_t>(n_q) * n_keys);
+        tiles.key_scores(dim, rows.data(), n_keys, q.data(), dim, n_q, scores.data(), n_keys);
+        for (int j = 0; j < n_q; ++j)
+          for (int k = 0; k < n_keys; ++k) {
+            double ref = 0, mag = 0;
+            for (int i = 0; i < dim; ++i) {
+              const double p =
+                  static_cast<double>(deq[static_cast<size_t>(k) * dim + i]) * q[j * dim + i];
+              ref += p;
+              mag += std::fabs(p);
+            }
+            EXPECT_NEAR(scores[j * n_keys + k], ref, 1e-5 * mag) << "query " << j << " key " << k;
+          }
+        if (t == KvType::kF32) continue;
+        const StoredValueSumsFn stored = stored_value_sums(st, isa);
+        ASSERT_NE(stored, nullptr);
+        std::vector<float> got(static_cast<size_t>(n_q) * dim, 0.5f), want(got);
+        stored(dim, rows.data(), n_keys, w.data(), n_keys, n_q, got.data(), dim);
+        tiles.value_sums(dim, deq_ptrs.data(), n_keys, w.data(), n_keys, n_q, want.data(), dim);
+        EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)));
+      }
     }
-  }
-  EXPECT_THROW(f32_activation_dot(GgmlType::Q4_K), Error);
 }
 
 // The cache's q8_0 fits each block's scale: its squared error is never above plain q8_0
@@ -363,7 +403,8 @@ TEST(KvCache, Q8_0StoreFitsTheScale) {
     fitted += eb;
     base += pb;
   }
-  std::printf("q8_0 store: squared error %.4g fitted vs %.4g plain (ratio %.3f)\n", fitted, base, fitted / base);
+  std::printf("q8_0 store: squared error %.4g fitted vs %.4g plain (ratio %.3f)\n", fitted, base,
+              fitted / base);
   EXPECT_LT(fitted, 0.95 * base);
 }
 
@@ -379,8 +420,11 @@ TEST(KvCache, TypeRoundTripErrors) {
     std::vector<float> y(64);
     kv_store_head(t, x.data(), 64, raw.data());
     kv_load_head(t, raw.data(), 64, y.data());
-    const double tol = t == KvType::kF32 ? 0 : t == KvType::kF16 ? amax / 2048 : t == KvType::kBF16 ? amax / 256
-                       : t == KvType::kQ8_0 ? amax / 127 : amax / 7;
+    const double tol = t == KvType::kF32    ? 0
+                       : t == KvType::kF16  ? amax / 2048
+                       : t == KvType::kBF16 ? amax / 256
+                       : t == KvType::kQ8_0 ? amax / 127
+                                            : amax / 7;
     for (int i = 0; i < 64; ++i) EXPECT_NEAR(y[i], x[i], tol) << i;
   }
 }
@@ -408,7 +452,8 @@ TEST(KvCache, WindowRingHoldsTheWindow) {
   EXPECT_THROW(kv.reserve(0, 40 + step + 1), Error);
   kv.truncate(0, 40 - step);
   EXPECT_EQ(kv.length(0), 40 - step);
-  EXPECT_EQ(reinterpret_cast<const float*>(kv.k_row(0, 0, 36 - window + 1))[0], static_cast<float>(36 - window + 1));
+  EXPECT_EQ(reinterpret_cast<const float*>(kv.k_row(0, 0, 36 - window + 1))[0],
+            static_cast<float>(36 - window + 1));
   kv.copy_prefix(0, 1, 36);
   EXPECT_EQ(kv.length(1), 36);
   kv.copy_prefix(0, 2, 20);  // rows 13..19 were overwritten
