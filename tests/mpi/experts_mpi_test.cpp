@@ -1,6 +1,7 @@
 // Expert parallel across MPI processes (mpirun -np N … --split-mode experts, TCP on one machine):
 // - 2 and 3 ranks give logits (every prompt position and a greedy continuation) identical to one
-//   process on the qwen3moe, deepseek2, gpt-oss and deepseek4 reference models, with the experts
+//   process on the qwen3moe, deepseek2, gpt-oss and deepseek4 reference models (and qwen3moe-f32,
+//   whose output head is its token embedding), with the experts
 //   in RAM and with each rank streaming its share through a small cache under its own cgroup limit;
 // - each rank multiplies only its own range of the output head's rows, and the last gathers them;
 // - a rank that dies ends the job, which names it.
@@ -107,7 +108,7 @@ TEST_P(ExpertsMpi, StreamingRanksUnderTheirOwnCgroupLimitsGiveOneProcessLogits) 
 
 INSTANTIATE_TEST_SUITE_P(Reference, ExpertsMpi,
                          ::testing::Values("qwen3moe-256-q8_0", "deepseek2-f32", "gptoss-f32",
-                                           "deepseek4-f32"),
+                                           "deepseek4-f32", "qwen3moe-f32"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& c : n)
