@@ -25,6 +25,7 @@ namespace sluice {
 
 class StageLink;  // runtime/stage_link.h: the channel between pipeline stages
 class ExpertShard;  // experts/expert_shard.h: which experts this process computes
+class HeadShard;    // model/head_shard.h: which rows of the output head this process computes
 
 struct EngineOptions {
   std::string model_path;
@@ -60,6 +61,9 @@ struct EngineOptions {
   // Expert parallel (--split-mode experts): every process runs all layers and computes the routed
   // experts this shard owns, trading slot outputs with the other processes; null: all here.
   std::shared_ptr<ExpertShard> expert_shard = nullptr;
+  // With it, the output head split by vocabulary: this process multiplies only its rows of the
+  // head, and the process that samples gathers every process's logits; null: the whole head here.
+  std::shared_ptr<HeadShard> head_shard = nullptr;
   // Routing traces (format: src/experts/routing_trace.h). routing_trace: every evaluated row's
   // chosen experts and lookahead prediction per layer are written to this file, complete when the
   // engine is destroyed. replay_routing: the model routes as this trace says (ids mapped into its

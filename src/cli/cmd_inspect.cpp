@@ -282,9 +282,9 @@ void print_pipeline(const gguf::File& file, const ModelReport& report, const Siz
   if (!plan.ok) fail("pipeline placement: {}", plan.reason);
 }
 
-// --plan N --experts-split: every host holds the resident weights and a KV cache, and its share
-// of each layer's routed experts (placed as `--split-mode experts` places them), planned under
-// its own budget.
+// --plan N --experts-split: every host holds the resident weights (of an untied output head only
+// its rows) and a KV cache, and its share of each layer's routed experts (placed as
+// `--split-mode experts` places them), planned under its own budget.
 void print_expert_split(const gguf::File& file, const std::string& path, const ModelReport& report,
                         const SizingOptions& opts, int n) {
   const std::vector<HostFacts> hosts = plan_hosts(file, opts, n);
@@ -302,6 +302,7 @@ void print_expert_split(const gguf::File& file, const std::string& path, const M
   for (int r = 0; r < n; ++r) {
     MemoryFacts facts = all;
     facts.routed_bytes = static_cast<uint64_t>(static_cast<double>(all.routed_bytes) * placement.owned_fraction(r));
+    facts.resident_bytes -= unread_head_bytes(file, r, n);
     req.budget = hosts[r].budget;
     const MemoryPlan m = plan_memory(facts, req);
     ok = ok && m.ok;

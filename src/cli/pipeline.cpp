@@ -232,6 +232,7 @@ void apply_expert_split(const ModelFlags& f, EngineOptions& o) {
   const MpiWorld::ExpertLink el = w.expert_link(placement, f.stage_timeout);
   o.link = el.link;
   o.expert_shard = el.shard;
+  o.head_shard = el.head;
 }
 
 }  // namespace

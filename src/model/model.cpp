@@ -129,8 +129,30 @@ void Model::forward_stage(ThreadPool& pool, const Batch& batch, KvCache& kv, Exp
   const int64_t n_out = static_cast<int64_t>(picked.size()) / width;
   std::vector<float> rows(n_out * n_embd);
   if (n_out > 0) head_rows(pool, picked.data(), n_out, rows.data());
-  logits.resize(n_out * hp_.n_vocab);
-  if (n_out > 0) matmul(pool, output_.mat(), rows.data(), n_out, logits.data());
+  if (!head_shard_) {
+    logits.resize(n_out * hp_.n_vocab);
+    if (n_out > 0) matmul(pool, output_.mat(), rows.data(), n_out, logits.data());
+    return;
+  }
+  // Every process has the same rows (the same batch), so all skip a step without logits alike.
+  logits.clear();
+  if (n_out == 0) return;
+  std::vector<float> part(n_out * head_rows_owned().size());  // (n_out, this process's rows)
+  matmul(pool, head_slice(), rows.data(), n_out, part.data());
+  head_shard_->gather_logits(part, n_out, hp_.n_vocab, logits);
+}
+
+HeadRows Model::head_rows_owned() const {
+  if (!head_shard_) return {0, hp_.n_vocab};
+  return head_rows_of(head_shard_->head_rank(), head_shard_->head_ranks(), hp_.n_vocab);
+}
+
+MatView Model::head_slice() const {
+  const HeadRows r = head_rows_owned();
+  MatView v = output_.mat();
+  v.data += static_cast<uint64_t>(r.begin) * v.row_stride;
+  v.n_out = r.size();
+  return v;
 }
 
 void Model::take_mtp_layers(const gguf::File& file) {

@@ -18,6 +18,7 @@
 #include "experts/expert_store.h"
 #include "kv/kv_cache.h"
 #include "model/forward_context.h"
+#include "model/head_shard.h"
 #include "model/hparams.h"
 #include "model/kv_shape.h"
 #include "model/routing_tap.h"
@@ -43,6 +44,16 @@ class Model {
   // Expert parallel: every pass computes only `shard`'s experts and trades slot outputs through
   // it (null: all experts here). The shard must outlive the passes.
   void set_expert_shard(ExpertShard* shard) { shard_ = shard; }
+  // Expert parallel, the output head split by vocabulary: every pass multiplies only `shard`'s
+  // rows of the head and gathers the logits on the process that samples; the others get none
+  // (null: the whole head here). The shard must outlive the passes.
+  void set_head_shard(HeadShard* shard) { head_shard_ = shard; }
+  // The output head's rows this process multiplies, as a matrix (the whole head without a head
+  // shard): the only part of it a pass reads.
+  MatView head_slice() const;
+  HeadRows head_rows_owned() const;
+  // Whether the output head is the token embedding (tied).
+  bool head_tied() const { return output_.data == token_embd_.data; }
 
   // Pipeline stage: this model runs only layers [begin, end) (end −1: the last layer). The first
   // stage embeds tokens, the last applies the output head; a stage's KV cache and expert layout
@@ -162,6 +173,7 @@ class Model {
   bool prefetch_ = false;
   RoutingTap* routing_ = nullptr;
   ExpertShard* shard_ = nullptr;
+  HeadShard* head_shard_ = nullptr;
   int layer_begin_ = 0;
   int layer_end_ = -1;  // −1: n_layer
   int n_mtp_file_ = 0;  // take_mtp_layers sets it from nextn_predict_layers

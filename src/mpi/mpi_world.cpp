@@ -23,6 +23,7 @@ constexpr int kTagHidden = 1;
 constexpr int kTagToken = 2;
 constexpr int kTagOrders = 3;
 constexpr int kTagSlots = 4;
+constexpr int kTagLogits = 5;
 
 // Between polls: the first few only yield the core (an expert-parallel exchange happens every
 // layer, so a fixed sleep on each would add up over a token), then a sleep short enough
@@ -41,8 +42,9 @@ int env_int(const char* name) {
 
 // One link serves both splits. --split-mode layer: stage s is rank s running spans[s].
 // --split-mode experts (a placement given): every rank runs every layer, so no hidden state
-// crosses; the link carries the step's orders, the sampled tokens and each MoE layer's slots.
-class MpiStageLink final : public StageLink, public ExpertShard {
+// crosses; the link carries the step's orders, the sampled tokens, each MoE layer's slots and
+// each rank's logit columns (its rows of the output head) to the last rank, which samples.
+class MpiStageLink final : public StageLink, public ExpertShard, public HeadShard {
  public:
   MpiStageLink(int rank, std::vector<std::string> hosts, std::vector<LayerSpan> spans,
                double timeout, std::optional<ExpertPlacement> placement = std::nullopt)
@@ -117,6 +119,51 @@ class MpiStageLink final : public StageLink, public ExpertShard {
         }
     }
     for (size_t k = 0; k < reqs.size(); ++k) wait_sent(&reqs[k], peers[k], "its experts' outputs");
+  }
+
+  int head_rank() const override { return rank_; }
+  int head_ranks() const override { return n_stages(); }
+  // The last rank samples, as the last stage of a pipeline does (decode_steps, `logits`).
+  bool gathers_logits() const override { return last(); }
+
+  void gather_logits(const std::vector<float>& part, int64_t n_rows, int64_t n_vocab,
+                     std::vector<float>& logits) override {
+    const int n = n_stages();
+    const int root = n - 1;
+    logits.clear();
+    if (rank_ != root) {
+      MPI_Request req;
+      MPI_Isend(part.data(), static_cast<int>(part.size()), MPI_FLOAT, root, kTagLogits,
+                MPI_COMM_WORLD, &req);
+      traffic_.bytes_sent += part.size() * sizeof(float);
+      ++traffic_.messages;
+      wait_sent(&req, root, "its logits");
+      return;
+    }
+    logits.resize(static_cast<size_t>(n_rows * n_vocab));
+    auto place = [&](const float* from, HeadRows cols) {
+      for (int64_t t = 0; t < n_rows; ++t)
+        std::copy_n(from + t * cols.size(), cols.size(), logits.data() + t * n_vocab + cols.begin);
+    };
+    place(part.data(), head_rows_of(rank_, n, n_vocab));
+    for (int r = 0; r < root; ++r) {
+      const HeadRows cols = head_rows_of(r, n, n_vocab);
+      MPI_Status st = probe(r, kTagLogits, "its logits");
+      int count = 0;
+      MPI_Get_count(&st, MPI_FLOAT, &count);
+      if (count != n_rows * cols.size())
+        fail("{} sent {} logits, {} expected {} ({} rows of vocabulary {}:{}): the ranks disagree "
+             "on the step",
+             describe(r), count, describe(rank_), n_rows * cols.size(), n_rows, cols.begin,
+             cols.end);
+      recv_.resize(count);
+      const auto t0 = Clock::now();
+      MPI_Recv(recv_.data(), count, MPI_FLOAT, r, kTagLogits, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      traffic_.transfer_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+      traffic_.bytes_received += static_cast<uint64_t>(count) * sizeof(float);
+      ++traffic_.messages;
+      place(recv_.data(), cols);
+    }
   }
 
   Traffic traffic() const override { return traffic_; }
@@ -304,7 +351,7 @@ MpiWorld::ExpertLink MpiWorld::expert_link(const ExpertPlacement& placement,
     fail("internal: an expert placement over {} ranks for {} MPI ranks", placement.n_ranks, size_);
   auto link = std::make_shared<MpiStageLink>(
       rank_, hosts_, std::vector<LayerSpan>(size_, LayerSpan{}), timeout_seconds, placement);
-  return {link, link};
+  return {link, link, link};
 }
 
 std::string MpiWorld::broadcast_from_root(const std::string& text) const {

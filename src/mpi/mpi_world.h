@@ -9,6 +9,7 @@
 
 #include "experts/expert_placement.h"
 #include "experts/expert_shard.h"
+#include "model/head_shard.h"
 #include "plan/memory_plan.h"
 #include "runtime/stage_link.h"
 
@@ -31,11 +32,13 @@ class MpiWorld {
   // The link of this rank's stage; stage i is rank i, running spans[i]. A receive (or a send
   // waiting for its receiver) that takes longer than `timeout_seconds` fails naming the stage.
   std::shared_ptr<StageLink> link(const std::vector<LayerSpan>& spans, double timeout_seconds);
-  // --split-mode experts: one object that is both the run's link (orders, sampled tokens) and
-  // this rank's expert shard (ownership, slot exchange), with the same deadlines.
+  // --split-mode experts: one object that is the run's link (orders, sampled tokens), this
+  // rank's expert shard (ownership, slot exchange) and its share of the output head (its rows,
+  // the logits gathered on the last rank), with the same deadlines.
   struct ExpertLink {
     std::shared_ptr<StageLink> link;
     std::shared_ptr<ExpertShard> shard;
+    std::shared_ptr<HeadShard> head;
   };
   ExpertLink expert_link(const ExpertPlacement& placement, double timeout_seconds);
   // Rank 0's `text` on every rank (a collective: every rank calls it; the others' text is unused).

@@ -9,6 +9,7 @@
 #include "core/meminfo.h"
 #include "kv/ds4_cache.h"
 #include "model/archs/registry.h"
+#include "model/head_shard.h"
 #include "model/hparams.h"
 
 namespace sluice {
@@ -147,6 +148,13 @@ bool stage_reads_tensor(const gguf::File& file, const std::string& name, LayerSp
   if (name == "token_embd.weight") return first || (last && !file.find_tensor("output.weight"));
   if (name.starts_with("output")) return last;
   return true;
+}
+
+uint64_t unread_head_bytes(const gguf::File& file, int rank, int n_ranks) {
+  const gguf::TensorInfo* t = file.find_tensor("output.weight");
+  if (!t || n_ranks <= 1) return 0;
+  const HeadRows own = head_rows_of(rank, n_ranks, t->ne[1]);
+  return t->nbytes - t->row_bytes() * static_cast<uint64_t>(own.size());
 }
 
 bool mtp_reads_tensor(const std::string& name, int il, bool separate) {

@@ -108,6 +108,10 @@ std::string suggested_flags(const MemoryFacts& facts, const MemoryPlan& plan);
 // its layers' tensors; token_embd on the first stage (and on the last when the output head is
 // tied to it); output and output_norm on the last; any other global tensor on every stage.
 bool stage_reads_tensor(const gguf::File& file, const std::string& name, LayerSpan span, int n_layer);
+// Expert parallel: the bytes of an untied output head (output.weight) that rank `rank` of
+// `n_ranks` never reads, being the other ranks' rows (model/head_shard.h); 0 for a head tied to
+// the token embedding, which every rank reads for its input rows.
+uint64_t unread_head_bytes(const gguf::File& file, int rank, int n_ranks);
 // The planner's inputs from a model file, counted as the engine counts them: routed expert
 // weights of the forward pass's layers; resident is every other tensor of those layers and the
 // globals (nextn/MTP blocks are never read). Routed expert biases (gpt-oss) are in neither.

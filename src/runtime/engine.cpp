@@ -7,6 +7,7 @@
 #include "core/log.h"
 #include "core/meminfo.h"
 #include "core/timer.h"
+#include "core/units.h"
 #include "gguf/gguf.h"
 #include "model/archs/registry.h"
 #include "model/model.h"
@@ -68,6 +69,7 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& o) {
   impl->model = load_model(*impl->file);
   impl->model->set_layer_range(o.layer_begin, o.layer_end);
   impl->model->set_expert_shard(o.expert_shard.get());
+  impl->model->set_head_shard(o.head_shard.get());
   if (!o.mtp_path.empty()) {
     if (o.draft != DraftMode::kMtp && o.draft != DraftMode::kAuto)
       fail("--mtp {}: the MTP block drafts with --draft mtp or auto, and drafting here is {}",
@@ -136,6 +138,14 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& o) {
   // Each expert-parallel rank plans its own share under its own budget: say what it chose.
   if (o.expert_shard && impl->link)
     SLUICE_LOG_INFO("{}: {}", impl->link->describe(impl->link->stage()), mi.experts_detail);
+  // And the rows of the output head it multiplies (model/head_shard.h).
+  if (o.head_shard && impl->link) {
+    const HeadRows r = impl->model->head_rows_owned();
+    const MatView v = impl->model->head_slice();
+    SLUICE_LOG_INFO("{}: output head rows {}:{} of {} ({}{})", impl->link->describe(impl->link->stage()),
+                    r.begin, r.end, hp.n_vocab, format_bytes(v.row_stride * static_cast<uint64_t>(v.n_out)),
+                    o.head_shard->gathers_logits() ? ", gathers the logits and samples" : "");
+  }
   impl->load_seconds = timer.seconds();
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }

@@ -103,6 +103,10 @@ ExpertPlan plan_experts(const gguf::File& file, const Model& model, const Engine
   // An expert-parallel rank holds (in RAM or its cache) only the experts it owns.
   p.facts.routed_bytes = static_cast<uint64_t>(static_cast<double>(p.facts.routed_bytes) *
                                                owned_fraction(model, o.expert_shard.get()));
+  // ... and only its rows of an untied output head.
+  if (o.head_shard)
+    p.facts.resident_bytes -=
+        unread_head_bytes(file, o.head_shard->head_rank(), o.head_shard->head_ranks());
   if (model.mtp_loaded()) {
     add_mtp_block(mtp_file ? *mtp_file : file, model.hparams().n_layer, mtp_file != nullptr,
                   p.facts);
@@ -138,11 +142,18 @@ std::unique_ptr<ExpertStore> make_expert_store(const gguf::File& file, const Mod
   const bool ram = plan.memory.placement == Placement::kRam;
   // A loaded MTP block is read like one more layer after the last.
   const LayerSpan span{model.layer_begin(), model.layer_end() + (model.mtp_loaded() ? 1 : 0)};
+  // An expert-parallel rank reads only its own rows of an untied output head.
+  const bool own_head_rows = o.head_shard && !model.head_tied();
   for (const auto& t : file.tensors())
     if (!unused_mtp(t.name, model) && stage_reads_tensor(file, t.name, span, model.hparams().n_layer) &&
-        ((ram && !o.expert_shard) || classify_tensor(t.name, -1, model.hparams().arch) != TensorClass::RoutedExpert))
+        ((ram && !o.expert_shard) || classify_tensor(t.name, -1, model.hparams().arch) != TensorClass::RoutedExpert) &&
+        !(own_head_rows && t.name == "output.weight"))
       populate(t.data, t.nbytes);
   if (ram && o.expert_shard) populate_owned(model, *o.expert_shard);
+  if (own_head_rows) {
+    const MatView h = model.head_slice();
+    populate(h.data, h.row_stride * static_cast<uint64_t>(h.n_out));
+  }
   if (mtp_file)
     for (const auto& t : mtp_file->tensors())
       if (mtp_reads_tensor(t.name, model.hparams().n_layer, true) &&

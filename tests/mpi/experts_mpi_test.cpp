@@ -1,7 +1,9 @@
 // Expert parallel across MPI processes (mpirun -np N … --split-mode experts, TCP on one machine):
 // - 2 and 3 ranks give logits (every prompt position and a greedy continuation) identical to one
-//   process on the qwen3moe, deepseek2, gpt-oss and deepseek4 reference models, with the experts
+//   process on the qwen3moe, deepseek2, gpt-oss and deepseek4 reference models (and qwen3moe-f32,
+//   whose output head is its token embedding), with the experts
 //   in RAM and with each rank streaming its share through a small cache under its own cgroup limit;
+// - each rank multiplies only its own range of the output head's rows, and the last gathers them;
 // - a rank that dies ends the job, which names it.
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -26,6 +28,12 @@ using sluice::test::mpirun;
 using sluice::test::read_file;
 using sluice::test::sh;
 using sluice::test::ShellResult;
+
+// "n_vocab":N of a `sluice logits` output.
+int64_t vocab_of(const std::string& json) {
+  const size_t at = json.find("\"n_vocab\":");
+  return at == std::string::npos ? -1 : std::stoll(json.substr(at + 10));
+}
 
 class ExpertsMpi : public ::testing::TestWithParam<const char*> {
  protected:
@@ -60,6 +68,20 @@ TEST_P(ExpertsMpi, TwoAndThreeRanksGiveOneProcessLogits) {
               std::string::npos)
         << r.out;
     EXPECT_EQ(read_file(out), read_file(dir_ / "one.json")) << GetParam() << " on " << n << " ranks";
+    // The output head is split by vocabulary: each rank multiplies its own equal range of rows
+    // and the last rank, which samples, gathers the logits.
+    const int64_t n_vocab = vocab_of(read_file(dir_ / "one.json"));
+    for (int rank = 0; rank < n; ++rank) {
+      const std::string rows = "output head rows " + std::to_string(n_vocab * rank / n) + ":" +
+                               std::to_string(n_vocab * (rank + 1) / n) + " of " +
+                               std::to_string(n_vocab);
+      const size_t at = r.out.find(rows);
+      ASSERT_NE(at, std::string::npos) << rows << "\n" << r.out;
+      const size_t from = r.out.rfind('\n', at) + 1;  // npos + 1 = 0 on the first line
+      const std::string line = r.out.substr(from, r.out.find('\n', at) - from);
+      EXPECT_NE(line.find("rank " + std::to_string(rank) + " on "), std::string::npos) << line;
+      EXPECT_EQ(line.find("gathers the logits") != std::string::npos, rank == n - 1) << line;
+    }
   }
 }
 
@@ -86,7 +108,7 @@ TEST_P(ExpertsMpi, StreamingRanksUnderTheirOwnCgroupLimitsGiveOneProcessLogits) 
 
 INSTANTIATE_TEST_SUITE_P(Reference, ExpertsMpi,
                          ::testing::Values("qwen3moe-256-q8_0", "deepseek2-f32", "gptoss-f32",
-                                           "deepseek4-f32"),
+                                           "deepseek4-f32", "qwen3moe-f32"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& c : n)

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -179,6 +180,39 @@ TEST(MatmulPair, EqualsTwoCalls) {
     // Bit-identical (memcmp, not ==, so -0 and 0 differ); an empty output has no data to compare.
     EXPECT_TRUE(a0.empty() || std::memcmp(a0.data(), b0.data(), a0.size() * sizeof(float)) == 0) << type_name(c.t0);
     EXPECT_TRUE(a1.empty() || std::memcmp(a1.data(), b1.data(), a1.size() * sizeof(float)) == 0) << type_name(c.t1);
+  }
+}
+
+// A contiguous range of a matrix's rows, multiplied alone (with another thread count), gives
+// exactly the full product's columns of those rows: an expert-parallel process computes only its
+// slice of the output head (model/head_shard.h), and the gathered logits must equal one process's.
+// Covers every type, one token (decode), a few, and enough tokens for the GEMM kernels, with slice
+// boundaries inside the threads' row parts of the full call.
+TEST(MatmulShapes, RowSliceEqualsFullColumns) {
+  std::mt19937 rng(11);
+  const int64_t n_out = 53;
+  for (GgmlType t : kAllTypes) {
+    const Matrix m = random_matrix(t, 256, n_out, 0, rng);
+    for (int64_t tokens : {1, 5, 70}) {
+      const auto x = random_activations(256 * tokens, rng);
+      ThreadPool pool2(2), pool1(1), pool3(3);
+      std::vector<float> full(n_out * tokens);
+      matmul(pool2, m.view(), x.data(), tokens, full.data());
+      for (const auto& [begin, end] : {std::pair<int64_t, int64_t>{0, 26}, {26, 53}, {7, 40}}) {
+        MatView v = m.view();
+        v.data += static_cast<uint64_t>(begin) * v.row_stride;
+        v.n_out = end - begin;
+        for (ThreadPool* pool : {&pool1, &pool3}) {
+          std::vector<float> part(v.n_out * tokens, -1.0f);
+          matmul(*pool, v, x.data(), tokens, part.data());
+          for (int64_t k = 0; k < tokens; ++k)
+            ASSERT_EQ(0, std::memcmp(part.data() + k * v.n_out, full.data() + k * n_out + begin,
+                                     v.n_out * sizeof(float)))
+                << type_name(t) << " rows " << begin << ":" << end << " token " << k << " of "
+                << tokens;
+        }
+      }
+    }
   }
 }
 

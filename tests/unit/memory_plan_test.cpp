@@ -281,3 +281,27 @@ TEST(MemoryPlan, InspectPlansWhatEngineLoadDoes) {
   EXPECT_EQ(engine->info().kv_bytes, r.plan.kv_bytes);
   EXPECT_EQ(engine->info().expert_cache_bytes, r.plan.cache_bytes);
 }
+
+// Expert parallel: each rank reads (and plans for) only its rows of an untied output head, the
+// ranks' rows together being the head once; a head tied to the token embedding stays whole on
+// every rank (each embeds its input tokens from it).
+TEST(MemoryPlan, ExpertParallelRanksLeaveOutTheOtherRanksHeadRows) {
+  auto untied = gguf::File::open(test::testdata("reference/qwen3moe-256-q8_0.gguf"));
+  const gguf::TensorInfo* head = untied->find_tensor("output.weight");
+  ASSERT_NE(head, nullptr);
+  EXPECT_EQ(unread_head_bytes(*untied, 0, 1), 0u);
+  for (int n : {2, 3, 5}) {
+    uint64_t read = 0;
+    for (int r = 0; r < n; ++r) {
+      const uint64_t unread = unread_head_bytes(*untied, r, n);
+      EXPECT_LT(unread, head->nbytes);
+      EXPECT_EQ((head->nbytes - unread) % head->row_bytes(), 0u) << "whole rows";
+      read += head->nbytes - unread;
+    }
+    EXPECT_EQ(read, head->nbytes) << n << " ranks";
+  }
+  EXPECT_EQ(unread_head_bytes(*untied, 0, 2), head->nbytes - head->row_bytes() * (head->ne[1] / 2));
+  auto tied = gguf::File::open(test::testdata("reference/qwen3moe-f32.gguf"));
+  ASSERT_EQ(tied->find_tensor("output.weight"), nullptr);
+  EXPECT_EQ(unread_head_bytes(*tied, 0, 2), 0u);
+}
