@@ -245,34 +245,49 @@ void ds4_attention(ForwardContext& ctx, int il, const Ds4AttentionWeights& w,
   std::vector<float> cached_rows;  // (distinct cached rows read, D) when not f32
   load_cached_rows(ctx.pool, type, D, k.data(), k.data() + n * D, keys, cached_rows);
 
-  // One softmax per (token, head) over the keys and the sink; values are the keys.
+  // One softmax per (token, head) over the keys and the sink; values are the keys. All heads share
+  // the one K=V head, so a work item is kMaxDotRows heads of a token: the attention tiles
+  // (quant/dispatch.h) read each key row once for them, for the scores and again for the sums.
+  // A head's result does not depend on the other heads of its item.
   std::vector<float> o(n * H * D);
-  const VecDotFn dot = dot_kernels(GgmlType::F32).vec_dot;
+  const AttentionTiles tiles = attention_tiles(GgmlType::F32);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  ctx.pool.parallel_for(n * H, [&](int64_t i0, int64_t i1) {
+  const int n_hg = (H + kMaxDotRows - 1) / kMaxDotRows;
+  ctx.pool.parallel_for(n * n_hg, [&](int64_t i0, int64_t i1) {
     thread_local std::vector<float> sc;
+    thread_local std::vector<const std::byte*> rows;
     for (int64_t i = i0; i < i1; ++i) {
-      const int64_t t = i / H;
-      const int h = static_cast<int>(i % H);
+      const int64_t t = i / n_hg;
+      const int h0 = static_cast<int>(i % n_hg) * kMaxDotRows;
+      const int nq = std::min(kMaxDotRows, H - h0);
       const std::vector<const float*>& ks = keys[t];
-      const float* qh = q.data() + i * D;
-      sc.resize(ks.size());
-      float mx = w.sinks.f32()[h];
-      for (size_t j = 0; j < ks.size(); ++j) {
-        sc[j] = dot(D, ks[j], qh) * scale;
-        mx = std::max(mx, sc[j]);
+      const int nk = static_cast<int>(ks.size());
+      rows.resize(nk);
+      for (int j = 0; j < nk; ++j) rows[j] = reinterpret_cast<const std::byte*>(ks[j]);
+      sc.resize(static_cast<size_t>(nq) * nk);
+      const float* qh = q.data() + (t * H + h0) * D;
+      float* oh = o.data() + (t * H + h0) * D;
+      tiles.key_scores(D, rows.data(), nk, qh, D, nq, sc.data(), nk);
+      float inv[kMaxDotRows];
+      for (int r = 0; r < nq; ++r) {
+        // exp_scores normalises to the keys' largest scaled score m; the sink joins the softmax
+        // through a common maximum M = max(m, sink).
+        float m = 0.0f;
+        float* s = sc.data() + static_cast<int64_t>(r) * nk;
+        const float sum = tiles.exp_scores(s, nk, scale, &m);
+        const float sink = w.sinks.f32()[h0 + r];
+        const float mx = std::max(m, sink);
+        const float f = std::exp(m - mx);
+        inv[r] = 1.0f / (sum * f + std::exp(sink - mx));
+        if (f != 1.0f)
+          for (int j = 0; j < nk; ++j) s[j] *= f;
       }
-      float sum = std::exp(w.sinks.f32()[h] - mx);
-      for (float& s : sc) {
-        s = std::exp(s - mx);
-        sum += s;
+      tiles.value_sums(D, ks.data(), nk, sc.data(), nk, nq, oh, D);
+      for (int r = 0; r < nq; ++r) {
+        float* orow = oh + static_cast<int64_t>(r) * D;
+        for (int d = 0; d < D; ++d) orow[d] *= inv[r];
+        c.rope->rotate(orow, 1, D, -ctx.batch.pos[t]);
       }
-      float* oh = o.data() + i * D;
-      std::fill(oh, oh + D, 0.0f);
-      for (size_t j = 0; j < ks.size(); ++j) axpy(sc[j], ks[j], oh, D);
-      const float inv = 1.0f / sum;
-      for (int d = 0; d < D; ++d) oh[d] *= inv;
-      c.rope->rotate(oh, 1, D, -ctx.batch.pos[t]);
     }
   });
   ctx.dump("kqv_out", il, o.data(), static_cast<int64_t>(H) * D);
