@@ -59,17 +59,24 @@ void widen(const std::byte* row, int64_t n, float* out) {
 template <int NK, int NV>
 void tile(const float* qt, int64_t hp, int64_t dim, const float* const* keys, float* dots) {
   __m256 acc[NK][NV];
+  #pragma GCC unroll 8
   for (int k = 0; k < NK; ++k)
+    #pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) acc[k][v] = _mm256_setzero_ps();
   for (int64_t d = 0; d < dim; ++d) {
     __m256 qv[NV];
+    #pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) qv[v] = _mm256_loadu_ps(qt + d * hp + v * kLanes);
+    #pragma GCC unroll 8
     for (int k = 0; k < NK; ++k) {
       const __m256 kb = _mm256_broadcast_ss(keys[k] + d);
+      #pragma GCC unroll 8
       for (int v = 0; v < NV; ++v) acc[k][v] = _mm256_fmadd_ps(qv[v], kb, acc[k][v]);
     }
   }
+  #pragma GCC unroll 8
   for (int k = 0; k < NK; ++k)
+    #pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) _mm256_storeu_ps(dots + k * hp + v * kLanes, acc[k][v]);
 }
 
