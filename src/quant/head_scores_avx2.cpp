@@ -119,11 +119,11 @@ void head_scores(int64_t dim, const std::byte* const* k_rows, int n_keys, const 
       case 2: tile_keys<2>(qt.data(), hp, dim, keys, dots.data()); break;
       default: tile_keys<1>(qt.data(), hp, dim, keys, dots.data()); break;
     }
-    for (int k = 0; k < nk; ++k) {
-      float s = 0.0f;
-      for (int h = 0; h < n_head; ++h) s = std::fma(w[h], std::max(dots[k * hp + h], 0.0f), s);
-      scores[i + k] = s;
-    }
+    // The tile's keys' sums interleaved (independent chains), each over the heads in order.
+    float s[kTileKeys] = {};
+    for (int h = 0; h < n_head; ++h)
+      for (int k = 0; k < nk; ++k) s[k] = std::fma(w[h], std::max(dots[k * hp + h], 0.0f), s[k]);
+    for (int k = 0; k < nk; ++k) scores[i + k] = s[k];
   }
 }
 
