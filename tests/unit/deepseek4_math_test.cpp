@@ -101,9 +101,12 @@ TEST(Deepseek4Math, IndexerScoresReluWeightedAndTopK) {
   // Two heads of dim 2. q0 = (1, 0), q1 = (0, 1); weights 2 and -1.
   const float q[4] = {1, 0, 0, 1}, wgt[2] = {2, -1};
   const float k0[2] = {1, 1}, k1[2] = {-1, 3}, k2[2] = {0.5f, -2}, k3[2] = {3, 0};
-  const float* keys[4] = {k0, k1, k2, k3};
+  const std::byte* keys[4] = {reinterpret_cast<const std::byte*>(k0),
+                              reinterpret_cast<const std::byte*>(k1),
+                              reinterpret_cast<const std::byte*>(k2),
+                              reinterpret_cast<const std::byte*>(k3)};
   float s[4];
-  indexer_scores(q, wgt, 2, 2, keys, 0, 4, s);
+  indexer_scores(GgmlType::F32, q, wgt, 2, 2, keys, 0, 4, s);
   EXPECT_FLOAT_EQ(s[0], 2 * 1 - 1 * 1);  // 1
   EXPECT_FLOAT_EQ(s[1], 2 * 0 - 1 * 3);  // relu(−1) = 0 → −3
   EXPECT_FLOAT_EQ(s[2], 2 * 0.5f - 0);   // relu(−2) = 0 → 1

@@ -6,7 +6,7 @@
 #include <numeric>
 
 #include "core/error.h"
-#include "quant/dispatch.h"
+#include "quant/head_scores.h"
 #include "quant/types.h"
 
 namespace sluice {
@@ -86,15 +86,10 @@ void compress_pool(int w, int cw, const float* const* prev, int n_prev, const fl
   }
 }
 
-void indexer_scores(const float* q, const float* wgt, int n_head, int dim, const float* const* keys,
-                    int begin, int end, float* scores) {
-  const VecDotFn dot = dot_kernels(GgmlType::F32).vec_dot;
-  for (int b = begin; b < end; ++b) {
-    float s = 0.0f;
-    for (int h = 0; h < n_head; ++h)
-      s += wgt[h] * std::max(0.0f, dot(dim, keys[b], q + static_cast<int64_t>(h) * dim));
-    scores[b] = s;
-  }
+void indexer_scores(GgmlType key_type, const float* q, const float* wgt, int n_head, int dim,
+                    const std::byte* const* keys, int begin, int end, float* scores) {
+  if (end > begin)
+    gated_head_scores(key_type)(dim, keys + begin, end - begin, q, n_head, wgt, scores + begin);
 }
 
 void select_top(const float* scores, int n, int top_k, std::vector<int32_t>& sel) {

@@ -4,8 +4,11 @@
 // of token rows into one KV row, and the lightning indexer's top-k choice of pooled rows.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
+
+#include "quant/types.h"
 
 namespace sluice {
 
@@ -44,9 +47,11 @@ void compress_pool(int w, int cw, const float* const* prev, int n_prev, const fl
                    int n_cur, int cur_off, float* out);
 
 // Lightning indexer: scores[b] = Σ_h wgt[h]·max(0, q_h·key_b) over n_head heads of `dim` values,
-// for b in [begin, end).
-void indexer_scores(const float* q, const float* wgt, int n_head, int dim, const float* const* keys,
-                    int begin, int end, float* scores);
+// for b in [begin, end). keys[b] is a row stored as `key_type` (the cache's), read in place by the
+// gated head-score kernel (quant/head_scores.h): a block's score is the same bits whatever the
+// range, the ISA or the type's path, and no float copy of the cached keys is made.
+void indexer_scores(GgmlType key_type, const float* q, const float* wgt, int n_head, int dim,
+                    const std::byte* const* keys, int begin, int end, float* scores);
 // The indices of the top_k largest of n scores (all when n ≤ top_k; ties: lower index first), in
 // ascending order.
 void select_top(const float* scores, int n, int top_k, std::vector<int32_t>& sel);

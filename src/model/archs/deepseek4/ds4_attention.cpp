@@ -3,10 +3,13 @@
 // completes (the state machine needs order, and a query only sees blocks it has finished); then
 // attention for every (token, head) in parallel, with raw keys of this batch read from the batch
 // itself; last the raw keys go into the window ring.
-// Cached rows are stored as the cache's key type. F32 rows are read in place (bit for bit what
-// was computed); any other type is dequantized once per call for the rows this batch reads, and
-// the batch's own raw keys go through the same rounding first, so a token sees the same key value
-// whether it comes from the batch or, in a later step, from the ring.
+// Cached rows are stored as the cache's key type. The indexer scores its keys in place in that
+// type (quant/head_scores.h), so its cost per token is reading the stored rows once. Attention's
+// keys: F32 rows are read in place (bit for bit what was computed); any other type is
+// dequantized once per call for the rows this batch reads (the window and the selected or pooled
+// rows, not the whole cache), and the batch's own raw keys go through the same rounding first, so
+// a token sees the same key value whether it comes from the batch or, in a later step, from the
+// ring.
 #include "model/archs/deepseek4/ds4_attention.h"
 
 #include <algorithm>
@@ -179,30 +182,18 @@ void ds4_attention(ForwardContext& ctx, int il, const Ds4AttentionWeights& w,
     }
   }
 
-  // Indexer keys of each sequence (ratio 4, once its blocks outnumber the top-k): every block the
-  // run's last token sees, as floats.
-  std::vector<std::vector<const float*>> index_keys(runs.size());
-  std::vector<std::vector<float>> index_rows(runs.size());  // (blocks, Id) when not f32
+  // Indexer keys of each sequence (ratio 4, once its blocks outnumber the top-k): the stored rows
+  // of every block the run's last token sees, scored in place (no float copy of the cache).
+  std::vector<std::vector<const std::byte*>> index_keys(runs.size());
   for (size_t ri = 0; r == 4 && ri < runs.size(); ++ri) {
     const SeqRun& run = runs[ri];
     const int n_blocks = (run.start + static_cast<int>(run.idx.size())) / 4;
     if (n_blocks <= c.idx_top_k) continue;
-    std::vector<const float*>& ik = index_keys[ri];
+    std::vector<const std::byte*>& ik = index_keys[ri];
     ik.resize(n_blocks);
-    if (type == KvType::kF32) {
-      for (int b = 0; b < n_blocks; ++b)
-        ik[b] = reinterpret_cast<const float*>(kv.index_row(run.seq, il, b));
-      continue;
-    }
-    std::vector<float>& rows = index_rows[ri];
-    rows.resize(static_cast<size_t>(n_blocks) * Id);
-    for (int b = 0; b < n_blocks; ++b) ik[b] = rows.data() + static_cast<int64_t>(b) * Id;
-    ctx.pool.parallel_for(n_blocks, [&](int64_t b0, int64_t b1) {
-      for (int64_t b = b0; b < b1; ++b)
-        kv_load_head(type, kv.index_row(run.seq, il, static_cast<int>(b)), Id,
-                     rows.data() + b * Id);
-    });
+    for (int b = 0; b < n_blocks; ++b) ik[b] = kv.index_row(run.seq, il, b);
   }
+  const GgmlType index_type = kv_storage_type(type);
 
   // Visible keys per token: the raw window (this batch's own keys from k), then pooled rows.
   // Cached rows are collected as their stored addresses; load_cached_rows makes them floats.
@@ -226,17 +217,17 @@ void ds4_attention(ForwardContext& ctx, int il, const Ds4AttentionWeights& w,
       for (int b = 0; b < n_vis; ++b) ks.push_back(stored(kv.pooled_row(run.seq, il, b)));
       return;
     }
-    const float* const* ikeys = index_keys[seq_of[t]].data();
+    const std::byte* const* ikeys = index_keys[seq_of[t]].data();
     scores.resize(n_vis);
     const float* qt = iq.data() + t * Ih * Id;
     const float* wt = iw.data() + t * Ih;
     if (parallel_scores)
       ctx.pool.parallel_for(n_vis, [&](int64_t b0, int64_t b1) {
-        indexer_scores(qt, wt, Ih, Id, ikeys, static_cast<int>(b0), static_cast<int>(b1),
-                       scores.data());
+        indexer_scores(index_type, qt, wt, Ih, Id, ikeys, static_cast<int>(b0),
+                       static_cast<int>(b1), scores.data());
       });
     else
-      indexer_scores(qt, wt, Ih, Id, ikeys, 0, n_vis, scores.data());
+      indexer_scores(index_type, qt, wt, Ih, Id, ikeys, 0, n_vis, scores.data());
     select_top(scores.data(), n_vis, c.idx_top_k, sel);
     for (int32_t b : sel) ks.push_back(stored(kv.pooled_row(run.seq, il, b)));
   };
@@ -254,34 +245,49 @@ void ds4_attention(ForwardContext& ctx, int il, const Ds4AttentionWeights& w,
   std::vector<float> cached_rows;  // (distinct cached rows read, D) when not f32
   load_cached_rows(ctx.pool, type, D, k.data(), k.data() + n * D, keys, cached_rows);
 
-  // One softmax per (token, head) over the keys and the sink; values are the keys.
+  // One softmax per (token, head) over the keys and the sink; values are the keys. All heads share
+  // the one K=V head, so a work item is kMaxDotRows heads of a token: the attention tiles
+  // (quant/dispatch.h) read each key row once for them, for the scores and again for the sums.
+  // A head's result does not depend on the other heads of its item.
   std::vector<float> o(n * H * D);
-  const VecDotFn dot = dot_kernels(GgmlType::F32).vec_dot;
+  const AttentionTiles tiles = attention_tiles(GgmlType::F32);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  ctx.pool.parallel_for(n * H, [&](int64_t i0, int64_t i1) {
+  const int n_hg = (H + kMaxDotRows - 1) / kMaxDotRows;
+  ctx.pool.parallel_for(n * n_hg, [&](int64_t i0, int64_t i1) {
     thread_local std::vector<float> sc;
+    thread_local std::vector<const std::byte*> rows;
     for (int64_t i = i0; i < i1; ++i) {
-      const int64_t t = i / H;
-      const int h = static_cast<int>(i % H);
+      const int64_t t = i / n_hg;
+      const int h0 = static_cast<int>(i % n_hg) * kMaxDotRows;
+      const int nq = std::min(kMaxDotRows, H - h0);
       const std::vector<const float*>& ks = keys[t];
-      const float* qh = q.data() + i * D;
-      sc.resize(ks.size());
-      float mx = w.sinks.f32()[h];
-      for (size_t j = 0; j < ks.size(); ++j) {
-        sc[j] = dot(D, ks[j], qh) * scale;
-        mx = std::max(mx, sc[j]);
+      const int nk = static_cast<int>(ks.size());
+      rows.resize(nk);
+      for (int j = 0; j < nk; ++j) rows[j] = reinterpret_cast<const std::byte*>(ks[j]);
+      sc.resize(static_cast<size_t>(nq) * nk);
+      const float* qh = q.data() + (t * H + h0) * D;
+      float* oh = o.data() + (t * H + h0) * D;
+      tiles.key_scores(D, rows.data(), nk, qh, D, nq, sc.data(), nk);
+      float inv[kMaxDotRows];
+      for (int r = 0; r < nq; ++r) {
+        // exp_scores normalises to the keys' largest scaled score m; the sink joins the softmax
+        // through a common maximum M = max(m, sink).
+        float m = 0.0f;
+        float* s = sc.data() + static_cast<int64_t>(r) * nk;
+        const float sum = tiles.exp_scores(s, nk, scale, &m);
+        const float sink = w.sinks.f32()[h0 + r];
+        const float mx = std::max(m, sink);
+        const float f = std::exp(m - mx);
+        inv[r] = 1.0f / (sum * f + std::exp(sink - mx));
+        if (f != 1.0f)
+          for (int j = 0; j < nk; ++j) s[j] *= f;
       }
-      float sum = std::exp(w.sinks.f32()[h] - mx);
-      for (float& s : sc) {
-        s = std::exp(s - mx);
-        sum += s;
+      tiles.value_sums(D, ks.data(), nk, sc.data(), nk, nq, oh, D);
+      for (int r = 0; r < nq; ++r) {
+        float* orow = oh + static_cast<int64_t>(r) * D;
+        for (int d = 0; d < D; ++d) orow[d] *= inv[r];
+        c.rope->rotate(orow, 1, D, -ctx.batch.pos[t]);
       }
-      float* oh = o.data() + i * D;
-      std::fill(oh, oh + D, 0.0f);
-      for (size_t j = 0; j < ks.size(); ++j) axpy(sc[j], ks[j], oh, D);
-      const float inv = 1.0f / sum;
-      for (int d = 0; d < D; ++d) oh[d] *= inv;
-      c.rope->rotate(oh, 1, D, -ctx.batch.pos[t]);
     }
   });
   ctx.dump("kqv_out", il, o.data(), static_cast<int64_t>(H) * D);
