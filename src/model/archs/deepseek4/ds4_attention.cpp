@@ -246,20 +246,20 @@ void ds4_attention(ForwardContext& ctx, int il, const Ds4AttentionWeights& w,
   load_cached_rows(ctx.pool, type, D, k.data(), k.data() + n * D, keys, cached_rows);
 
   // One softmax per (token, head) over the keys and the sink; values are the keys. All heads share
-  // the one K=V head, so a work item is kMaxDotRows heads of a token: the attention tiles
+  // the one K=V head, so a work item is kMaxTileQueries heads of a token: the attention tiles
   // (quant/dispatch.h) read each key row once for them, for the scores and again for the sums.
   // A head's result does not depend on the other heads of its item.
   std::vector<float> o(n * H * D);
   const AttentionTiles tiles = attention_tiles(GgmlType::F32);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  const int n_hg = (H + kMaxDotRows - 1) / kMaxDotRows;
+  const int n_hg = (H + kMaxTileQueries - 1) / kMaxTileQueries;
   ctx.pool.parallel_for(n * n_hg, [&](int64_t i0, int64_t i1) {
     thread_local std::vector<float> sc;
     thread_local std::vector<const std::byte*> rows;
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t t = i / n_hg;
-      const int h0 = static_cast<int>(i % n_hg) * kMaxDotRows;
-      const int nq = std::min(kMaxDotRows, H - h0);
+      const int h0 = static_cast<int>(i % n_hg) * kMaxTileQueries;
+      const int nq = std::min(kMaxTileQueries, H - h0);
       const std::vector<const float*>& ks = keys[t];
       const int nk = static_cast<int>(ks.size());
       rows.resize(nk);
@@ -268,7 +268,7 @@ void ds4_attention(ForwardContext& ctx, int il, const Ds4AttentionWeights& w,
       const float* qh = q.data() + (t * H + h0) * D;
       float* oh = o.data() + (t * H + h0) * D;
       tiles.key_scores(D, rows.data(), nk, qh, D, nq, sc.data(), nk);
-      float inv[kMaxDotRows];
+      float inv[kMaxTileQueries];
       for (int r = 0; r < nq; ++r) {
         // exp_scores normalises to the keys' largest scaled score m; the sink joins the softmax
         // through a common maximum M = max(m, sink).
