@@ -85,6 +85,14 @@ double DraftPolicy::cost(int match, int k) const {
 
 std::pair<int, double> DraftPolicy::best(int match, int k_max) const {
   const double a = acceptance(match);
+  // At most twice the longest length measured: longer drafts are reached by doubling, each length
+  // measured on the way, never on an extrapolation from one short step (whose time, within noise
+  // of a one-row pass, would make every drafted row look free).
+  const Drafter& d = drafter(match);
+  int longest = 0;
+  for (int k = kMaxDraft; k > 0 && longest == 0; --k)
+    if (d.n_step[k] > 0) longest = k;
+  k_max = std::min(k_max, std::max(min_, 2 * longest));
   std::pair<int, double> best{0, 0.0};
   double expected = 1, a_k = 1;  // E(k) and a^k
   for (int k = 1; k <= k_max; ++k) {
@@ -94,6 +102,17 @@ std::pair<int, double> DraftPolicy::best(int match, int k_max) const {
     if (k >= min_ && gain > kMinGain && gain > best.second) best = {k, gain};
   }
   return best;
+}
+
+double DraftPolicy::expected_loss(int match, int k) const {
+  const Drafter& d = drafter(match);
+  // Before its first step: lookup's drafts cost only their verified rows, while an MTP draft runs
+  // the block and its head besides (and first catches up on the context): about a pass more.
+  if (!d.step_known()) return match == kMtpMatch ? t0_ : 0.0;
+  const double a = acceptance(match);
+  double expected = 1, a_k = 1;  // E(k)
+  for (int j = 1; j <= k; ++j) expected += a_k *= a;
+  return t0_ * std::max(0.0, cost(match, k) - expected);
 }
 
 int DraftPolicy::choose(int match, int available) {
@@ -133,11 +152,14 @@ DraftChoice DraftPolicy::choose(std::span<const DraftOffer> offers) {
   // Else a drafter whose drafting steps have not been timed drafts the fewest: it measures what
   // its drafts cost, at the least risk (and only now: while lookup pays on repeated text, the
   // MTP block's first step, which catches up on the whole prompt, is not spent). Each drafter
-  // measures and probes only while what its own probes lost is within 1/kProbeShare of the
-  // time: an MTP block whose probes cost several passes does not stop lookup from probing.
-  const auto within_budget = [&](const DraftOffer& o) { return drafter(o.match).loss <= elapsed_ / kProbeShare; };
+  // measures and probes only while what its own probes lost, and what this one is expected to
+  // lose, stay within 1/kProbeShare of the time: an MTP block whose probes cost several passes
+  // does not stop lookup from probing, and a short request never pays for a block's first step.
+  const auto within_budget = [&](const DraftOffer& o, int k) {
+    return drafter(o.match).loss + expected_loss(o.match, k) <= elapsed_ / kProbeShare;
+  };
   for (const DraftOffer& o : open)
-    if (!drafter(o.match).step_known() && within_budget(o)) {
+    if (!drafter(o.match).step_known() && within_budget(o, min_)) {
       probing_ = measuring_ = true;  // a probe too, should its drafts not stand
       last_match_ = o.match;
       return {o.match, min_};
@@ -145,11 +167,12 @@ DraftChoice DraftPolicy::choose(std::span<const DraftOffer> offers) {
   // Nothing pays: each declined drafter is probed when its pause is over.
   for (const DraftOffer& o : open) {
     Drafter& d = drafter(o.match);
-    if (!within_budget(o) || ++d.declined < d.probe_every) continue;
+    const int k = std::min(d.probe_k, o.available);
+    if (!within_budget(o, k) || ++d.declined < d.probe_every) continue;
     d.declined = 0;
     probing_ = true;
     last_match_ = o.match;
-    return {o.match, std::min(d.probe_k, o.available)};
+    return {o.match, k};
   }
   return {};
 }
@@ -166,9 +189,14 @@ void DraftPolicy::record(int drafted, int accepted, double seconds) {
       t0_ = n_t0_ == 0 ? seconds : average(t0_, seconds);
       ++n_t0_;
     } else if (n_t0_ > 0 && drafted <= kMaxDraft) {
-      // The first sample at k may be cold; the second replaces it, later ones average in.
+      // The first sample at k may be cold; the second replaces it, later ones average in. A
+      // length's first sample, once the drafter has other lengths measured, counts at most as
+      // kOutlier times what they predict for it: one stalled step would otherwise price that
+      // length out for the rest of the request, since it is never drafted to be measured again.
       double& step = d.step[drafted];
-      step = d.n_step[drafted] <= 1 ? seconds : average(step, seconds);
+      const double sample =
+          d.n_step[drafted] == 0 && d.step_known() ? std::min(seconds, kOutlier * t0_ * cost(last_match_, drafted)) : seconds;
+      step = d.n_step[drafted] <= 1 ? sample : average(step, sample);
       ++d.n_step[drafted];
     }
   }
@@ -186,9 +214,10 @@ void DraftPolicy::record(int drafted, int accepted, double seconds) {
   // not pay, and for an MTP block whose streamed experts make a probe cost several passes.
   const bool stood = accepted == drafted;
   // A probe's loss: its time beyond what plain passes would have taken for the tokens it gave.
-  // Not a drafter's first step, which may run cold (an MTP block's catches up on the whole
-  // prompt, seconds on a long one): counted, it would bar the block for forty times that.
-  if (probing_ && !measuring_ && seconds >= 0) d.loss += std::max(0.0, seconds - (accepted + 1) * t0_);
+  // A drafter's first step counts too, cold as it may run (an MTP block's catches up on the whole
+  // prompt): that is what drafting cost the request, and it bars the drafter until the request
+  // has run kProbeShare times as long.
+  if (probing_ && seconds >= 0) d.loss += std::max(0.0, seconds - (accepted + 1) * t0_);
   if (probing_ && !(measuring_ && stood)) {
     d.probe_k = stood ? std::min(options_.max, 2 * d.probe_k) : min_;
     const bool could_pay = (options_.max + 1) / cost(last_match_, options_.max) > kMinGain;

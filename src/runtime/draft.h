@@ -59,7 +59,9 @@ struct DraftChoice {
 // until the first rejection). A step with k drafts then yields E(k) = 1 + a + … + a^k tokens at
 // cost(k) one-row passes: measured where k was drafted, else scaled from the nearest measured k
 // as if every drafted row cost the same (pessimistic above it: a step's fixed part — a verify
-// pass at all, an MTP block's catch-up — is spread over more rows as k grows). Of the offers it
+// pass at all, an MTP block's catch-up — is spread over more rows as k grows). Lengths above
+// twice the longest measured are not considered: one step within noise of a one-row pass would
+// otherwise make every drafted row look free. Of the offers it
 // takes the drafter and k that maximise E(k)/cost(k), and nothing unless that beats plain
 // decoding by kMinGain: under `--draft auto` a file's MTP block drafts where it pays, repeated
 // text is drafted by lookup, and free text that neither predicts well is decoded plainly. In RAM
@@ -72,7 +74,9 @@ struct DraftChoice {
 // probed after 1, 2, 4 … kMaxPause declines each (the interval doubles after each rejected probe,
 // halves after a probe that stood while drafts that stand would pay, and starts over once drafting
 // pays again), so that estimates follow the text; and only while what its probes lost (their time
-// beyond plain passes for the tokens they gave) is within 1/kProbeShare of the time measured. A
+// beyond plain passes for the tokens they gave, its cold first step included) and what the next
+// is expected to lose stay within 1/kProbeShare of the time measured: an unmeasured MTP block,
+// expected to lose about a pass, is not tried before kProbeShare passes have run. A
 // probe drafts `min` tokens, twice as many as the last one after each probe that stood (up to
 // `max`), so the cost of long drafts is measured rather than extrapolated once short ones keep
 // standing.
@@ -133,6 +137,8 @@ class DraftPolicy {
   // The k in [min, k_max] of best expected tokens per cost for drafts of that match length, and
   // that ratio (k = 0 and 0 when none beats kMinGain).
   std::pair<int, double> best(int match, int k_max) const;
+  // Seconds a step of k drafts from that drafter is expected to lose against plain passes.
+  double expected_loss(int match, int k) const;
 };
 
 }  // namespace sluice

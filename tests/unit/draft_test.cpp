@@ -126,8 +126,7 @@ TEST(DraftPolicy, AProbeThatStoodHalvesThePause) {
   EXPECT_EQ(k, 1);  // a rejected probe starts the probes' length over
   // A drafted row costing a whole pass: 7 tokens for the cost of 7 passes never pays.
   DraftPolicy e({DraftMode::kNgram, 6, 1});
-  e.record(0, 0, 0.010);
-  e.record(0, 0, 0.010);
+  for (int i = 0; i < 200; ++i) e.record(0, 0, 0.010);
   EXPECT_EQ(e.choose(4, 6), 1);
   e.record(1, 1, 0.020);  // the first step stood: no pause
   EXPECT_EQ(declines_before_draft(e, 4, 6, &k), 0);
@@ -140,10 +139,10 @@ TEST(DraftPolicy, AProbeThatStoodHalvesThePause) {
 // fixed, but its first step catches up on the whole prompt): 8 ms here, plus 2 ms per drafted row,
 // against 10 ms one-row passes. The cold first step does not stick, and probes that stand
 // measure longer drafts, whose fixed part is spread over more rows, until the longest is drafted.
+// (Ten seconds of plain passes first: the cold step's loss is then within the probes' share.)
 TEST(DraftPolicy, ProbesThatStandGrowAndMeasureLongDrafts) {
   DraftPolicy p({DraftMode::kMtp, 4, 1});
-  p.record(0, 0, 0.010);
-  p.record(0, 0, 0.010);
+  for (int i = 0; i < 1000; ++i) p.record(0, 0, 0.010);
   ASSERT_EQ(p.choose(kMtpMatch, 4), 1);
   p.record(1, 1, 0.050);  // cold
   EXPECT_NEAR(p.cost(kMtpMatch, 1), 5.0, 1e-9);
@@ -179,6 +178,26 @@ TEST(DraftPolicy, AStalledPassMovesTheMeanOnlySoFar) {
   EXPECT_NEAR(d.cost(1), 1.6, 0.15);  // back near the true ratio after a few passes
 }
 
+// A drafted length is at most twice the longest measured: one verify step that ran faster than the
+// mean one-row pass (noise) does not make sixteen drafted rows look free. And a length's first
+// sample counts at most kOutlier times what the measured lengths predict, so one stalled step
+// does not price it out for good.
+TEST(DraftPolicy, LengthsGrowByDoublingAndOneStallDoesNotPriceALengthOut) {
+  DraftPolicy d({DraftMode::kNgram, 16, 1});
+  d.record(0, 0, 0.010);
+  d.record(0, 0, 0.010);
+  ASSERT_EQ(d.choose(2, 16), 1);
+  d.record(1, 1, 0.008);  // within noise of a pass: cost(1) reads as 1
+  d.record(0, 0, 0.010);
+  d.record(0, 0, 0.010);
+  EXPECT_EQ(d.choose(2, 16), 2);  // not 16, though 16 rows extrapolate as free
+  d.record(2, 2, 0.500);          // a stall: counted as twice the extrapolated 10 ms
+  EXPECT_NEAR(d.cost(2, 2), 2.0, 1e-9);
+  d.record(2, 2, 0.012);  // its second sample replaces the first
+  EXPECT_NEAR(d.cost(2, 2), 1.2, 1e-9);
+  EXPECT_EQ(d.choose(2, 16), 4);
+}
+
 // Under --draft auto each drafter has its own costs: the MTP block's drafts cost a pass of the
 // block and the head each, lookup's nothing. Repeated text (a lookup match that keeps standing)
 // is drafted by lookup, without the MTP block's first step (a catch-up on the whole prompt) ever
@@ -204,12 +223,20 @@ TEST(DraftPolicy, AutoTakesTheDrafterThatPaysMore) {
   }
   EXPECT_GE(c.k, 6);
   EXPECT_NEAR(d.cost(kMtpMatch, 1), 1.0, 1e-9);  // never measured
-  // No lookup match: the MTP block is measured, and drafts while its drafts stand.
-  c = d.choose(mtp_only);
+  // No lookup match: the MTP block, expected to lose about a pass, is measured only once the
+  // request has run kProbeShare passes; a short request never pays for its first step.
+  const auto plain_until_drafted = [&](std::span<const DraftOffer> offers) {
+    int n = 0;
+    for (c = d.choose(offers); c.k == 0 && n < 10000; c = d.choose(offers), ++n) d.record(0, 0, 0.010);
+    return n;
+  };
+  EXPECT_GE(plain_until_drafted(mtp_only), 15);
   EXPECT_EQ(c.match, kMtpMatch);
   EXPECT_EQ(c.k, 1);
   d.record(1, 1, 0.050);  // cold: the block caught up on the prompt
-  c = d.choose(mtp_only);
+  // Its 30 ms beyond two plain passes count as lost: the block waits until the request has run
+  // kProbeShare times as long.
+  EXPECT_GE(plain_until_drafted(mtp_only), 60);
   EXPECT_EQ(c.match, kMtpMatch);
   d.record(c.k, c.k, 0.010 + 0.006 * c.k);  // 6 ms per draft: its block pass, then the verified row
   EXPECT_NEAR(d.cost(kMtpMatch, 1), 1.6, 1e-9);
