@@ -25,8 +25,17 @@ namespace sluice {
 // experts and locality carries over. dst gets k_dst distinct ids in 0..E_dst−1.
 void map_replay_ids(const uint16_t* src, int k_src, int e_src, int32_t* dst, int k_dst, int e_dst);
 
-std::unique_ptr<RoutingTap> make_trace_recorder(const std::string& path, int n_layer, int n_expert,
-                                                int n_used, bool predictions);
+// The recorder: each forward pass's rows, as one pass of the trace. The file appears whole when
+// the recorder is destroyed.
+class RoutingTraceRecorder : public RoutingTap {
+ public:
+  // Rows written so far: where a run's next pass starts in the trace (`bench` names the rows of
+  // each measured test, so route-stats can count those alone).
+  virtual uint64_t rows() const = 0;
+};
+std::unique_ptr<RoutingTraceRecorder> make_trace_recorder(const std::string& path, int n_layer,
+                                                          int n_expert, int n_used,
+                                                          bool predictions);
 
 // routed_layers: the model's layers that route (in order). Throws naming the file when the trace
 // cannot be read or routes no layer.
