@@ -1,6 +1,7 @@
 // The two routing taps the engine installs on its model (model/routing_tap.h):
-//  - a recorder that writes every evaluated row's routing and lookahead prediction to a trace
-//    file (EngineOptions::routing_trace; `--routing-trace FILE`);
+//  - a recorder that writes every evaluated row's routing and lookahead prediction, with the
+//    forward pass it was evaluated in, to a trace file (EngineOptions::routing_trace;
+//    `--routing-trace FILE`);
 //  - a replay that makes the model route as a trace says (EngineOptions::replay_routing; `bench
 //    --replay-routing FILE`), so a large generated model streams its experts on learned routing.
 //    The trace's expert ids are mapped into the model's range and its routed layers are cycled
