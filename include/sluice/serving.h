@@ -112,6 +112,7 @@ struct SchedulerStats {
   uint64_t kv_disk_hits = 0, kv_disk_misses = 0;  // --kv-disk lookups that restored a prefix / did not
   uint64_t kv_disk_bytes_read = 0, kv_disk_bytes_written = 0, kv_disk_bytes = 0, kv_disk_skipped = 0;
   ExpertStats experts;             // snapshot taken after the last step
+  uint64_t routing_trace_rows = 0; // rows in the routing trace after the last step (--routing-trace)
   int pipeline_stages = 1;         // stages of the engine's pipeline (1: the whole model here)
   int micro_batches = 1;           // groups of requests in flight through the pipeline at once
   std::string pipeline_error;      // set when a stage failed; the scheduler has stopped

@@ -205,6 +205,9 @@ class Engine {
   // larger n_ctx takes memory the plan did not count.
   std::unique_ptr<Session> new_session(int n_ctx = 0);
   ExpertStats expert_stats() const;
+  // Rows written so far to the routing trace (EngineOptions::routing_trace; 0 without one): a
+  // measurement's rows start here, for `route-stats --rows`.
+  uint64_t routing_trace_rows() const;
   // Every routed expert's place in the cache and its counts. Not while a Scheduler serves (its
   // thread runs the store): Scheduler::expert_cache() then.
   ExpertCacheMap expert_cache_map() const;

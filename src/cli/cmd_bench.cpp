@@ -119,6 +119,8 @@ struct Timing {
   double seconds = 0;
   int drafted = 0, accepted = 0, steps = 0;
   ExpertStats experts;  // read by the timed part only
+  // Routing-trace rows of the timed part (--routing-trace): `route-stats --rows BEGIN:END`.
+  uint64_t trace_begin = 0, trace_end = 0;
 };
 
 // The context a test starts from at depth d: d random tokens, evaluated outside the measurement.
@@ -132,10 +134,14 @@ Timing run_pp(Engine& engine, int n, uint32_t seed, const TgSetup& setup) {
   tokens.insert(tokens.end(), prompt.begin(), prompt.end());
   Timer t;
   const ExpertStats before = engine.expert_stats();
+  const uint64_t trace_begin = engine.routing_trace_rows();
   session->evaluate(tokens);  // the depth is reused from the cache: n rows are evaluated
   // In a pipeline the prompt is done when the last stage is: wait for its word.
   engine.share_token(0);
-  return {t.seconds(), 0, 0, 0, minus(engine.expert_stats(), before)};
+  Timing out{t.seconds(), 0, 0, 0, minus(engine.expert_stats(), before)};
+  out.trace_begin = trace_begin;
+  out.trace_end = engine.routing_trace_rows();
+  return out;
 }
 
 Timing run_tg(Engine& engine, int n, uint32_t seed, const TgSetup& setup) {
@@ -152,10 +158,14 @@ Timing run_tg(Engine& engine, int n, uint32_t seed, const TgSetup& setup) {
   // it).
   if (prompt.size() > 1) session->evaluate(prompt);
   const ExpertStats before = engine.expert_stats();
+  const uint64_t trace_begin = engine.routing_trace_rows();
   GenerateResult r = session->generate(prompt, go, [](int32_t, std::string_view) { return true; });
   if (static_cast<int>(r.tokens.size()) != n)
     fail("tg{}: generated {} tokens instead of {}", n, r.tokens.size(), n);
-  return {r.decode_seconds, r.n_drafted, r.n_accepted, r.n_steps, minus(engine.expert_stats(), before)};
+  Timing out{r.decode_seconds, r.n_drafted, r.n_accepted, r.n_steps, minus(engine.expert_stats(), before)};
+  out.trace_begin = trace_begin;
+  out.trace_end = engine.routing_trace_rows();
+  return out;
 }
 
 // Teacher-forced decode: the text's first n tokens, one row per evaluate() (each call reuses the
@@ -171,6 +181,7 @@ Timing run_td(Engine& engine, int n, uint32_t seed, const TgSetup& setup) {
   Timing out;
   const ExpertStats start = engine.expert_stats();
   ExpertStats before = start;
+  out.trace_begin = engine.routing_trace_rows();
   for (int i = 0; i < n; ++i) {
     if (!session || static_cast<int>(context.size()) >= ctx) {
       session = engine.new_session();
@@ -192,6 +203,7 @@ Timing run_td(Engine& engine, int n, uint32_t seed, const TgSetup& setup) {
   }
   out.steps = n;
   out.experts = minus(engine.expert_stats(), start);
+  out.trace_end = engine.routing_trace_rows();
   return out;
 }
 
@@ -346,6 +358,9 @@ int cmd_bench(int argc, char** argv) {
       tr.seconds += secs;
       tr.experts = plus(tr.experts, tm.experts);
       tr.tps.push_back(n / std::max(secs, 1e-9));
+      if (!mf.routing_trace.empty())  // what route-stats counts to compare its caches with this run
+        SLUICE_LOG_INFO("{} rep {}: routing trace rows {}:{} (route-stats --rows {}:{})", name, r, tm.trace_begin,
+                        tm.trace_end, tm.trace_begin, tm.trace_end);
     }
     results.push_back(std::move(tr));
   };

@@ -4,8 +4,11 @@
 // written earlier (`run|bench|perplexity --routing-trace`). It prints, per layer and overall, the
 // reuse of a token's experts by the tokens after it, how concentrated the choices are, the hit
 // rates the store's policies and Belady's optimum would reach with caches of 12.5–75 % of the
-// experts, and the router lookahead's precision — beside the same figures for uniform routing of
-// the same rows, which is what every generated model has (experts/routing_stats.h).
+// experts (and of --cache-slots experts: a run's own cache), and the router lookahead's precision
+// — beside the same figures for uniform routing of the same rows, which is what every generated
+// model has (experts/routing_stats.h). The cache is asked what the store was asked: per forward
+// pass of the trace and layer, the union of the pass's rows' experts; --rows counts the passes of
+// one measured part of a run (bench names them).
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -24,11 +27,7 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-std::string fraction_key(double f) {
-  return fmt::format("{:g}", f);
-}
-
-Json figures_json(const RoutingFigures& f) {
+Json figures_json(const RoutingFigures& f, const std::vector<std::string>& keys) {
   Json j;
   j["tokens"] = f.tokens;
   j["reuse_prev"] = f.reuse_prev;
@@ -38,7 +37,7 @@ Json figures_json(const RoutingFigures& f) {
   Json hr = Json::object();
   for (const auto& [policy, rates] : f.hit_rate)
     for (size_t i = 0; i < rates.size(); ++i)
-      hr[policy][fraction_key(kCacheFractions[i])] = rates[i];
+      hr[policy][keys[i]] = rates[i];
   j["hit_rate"] = hr;
   if (f.has_lookahead) {
     j["lookahead_precision"] = f.lookahead_precision;
@@ -50,10 +49,10 @@ Json figures_json(const RoutingFigures& f) {
 
 Json stats_json(const RoutingStats& st) {
   Json j;
-  j["overall"] = figures_json(st.overall);
+  j["overall"] = figures_json(st.overall, st.cache_keys);
   Json layers = Json::array();
   for (const int il : st.routed_layers) {
-    Json l = figures_json(st.layers[il]);
+    Json l = figures_json(st.layers[il], st.cache_keys);
     l["layer"] = il;
     layers.push_back(l);
   }
@@ -78,11 +77,14 @@ void print_tables(const RoutingStats& st, const RoutingStats& uni) {
   row("share of experts carrying 90 % of choices", o.experts_share_90, u.experts_share_90);
   if (o.has_lookahead)
     row("router lookahead precision (= recall)", o.lookahead_precision, u.lookahead_precision);
-  for (size_t i = 0; i < kCacheFractions.size(); ++i)
+  for (size_t i = 0; i < st.cache_keys.size(); ++i) {
+    const std::string cache =
+        i < kCacheFractions.size()
+            ? fmt::format("{:g} % cache ({} experts)", 100 * kCacheFractions[i], st.cache_slots[i])
+            : fmt::format("{}-expert cache", st.cache_slots[i]);
     for (const auto& [policy, rates] : o.hit_rate)
-      row(fmt::format("hit rate, {:g} % cache ({} experts), {}", 100 * kCacheFractions[i],
-                      st.cache_slots[i], policy),
-          rates[i], u.hit_rate.at(policy)[i]);
+      row(fmt::format("hit rate, {}, {}", cache, policy), rates[i], u.hit_rate.at(policy)[i]);
+  }
   if (o.has_lookahead) {
     fmt::print("lookahead precision by rank (model):");
     for (const double p : o.lookahead_rank_precision) fmt::print(" {}", pct(p));
@@ -118,6 +120,29 @@ void trace_text(ModelFlags mf, const std::string& path, int window, const std::s
   }
 }
 
+// --rows FIRST[:END] into the counted rows.
+void parse_rows(const std::string& spec, RoutingStatsOptions& so) {
+  const size_t colon = spec.find(':');
+  auto number = [&](const std::string& s) -> size_t {
+    size_t used = 0;
+    unsigned long long v = 0;
+    try {
+      v = std::stoull(s, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (s.empty() || used != s.size() || s[0] == '-')
+      fail("--rows {}: expected FIRST or FIRST:END, row numbers (e.g. 170:410)", spec);
+    return static_cast<size_t>(v);
+  };
+  so.first_row = number(spec.substr(0, colon));
+  if (colon != std::string::npos) {
+    so.end_row = number(spec.substr(colon + 1));
+    if (so.end_row <= so.first_row)
+      fail("--rows {}: END must be after FIRST", spec);
+  }
+}
+
 }  // namespace
 
 int cmd_route_stats(int argc, char** argv) {
@@ -127,7 +152,9 @@ int cmd_route_stats(int argc, char** argv) {
   add_model_flags(app, mf);
   std::string text, trace_in, trace_out;
   int window = 512;
-  bool json = false;
+  bool json = false, row_passes = false;
+  std::vector<int> slots;
+  std::string rows;
   uint64_t seed = 1;
   auto* f = app.add_option("-f,--file", text, "text to run the model over ('-': standard input)")
                 ->check(stdin_or_file());
@@ -139,6 +166,17 @@ int cmd_route_stats(int argc, char** argv) {
       ->check(CLI::Range(2, 1 << 20))
       ->capture_default_str();
   app.add_option("--seed", seed, "seed of the uniform baseline")->capture_default_str();
+  app.add_option("--cache-slots", slots,
+                 "also simulate caches of N experts (comma-separated), e.g. the slots a streamed "
+                 "run's cache had (\"N slots × SIZE\" in its log)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 1 << 30));
+  app.add_option("--rows", rows,
+                 "count only the passes that start in trace rows FIRST..END−1 (FIRST[:END]; the "
+                 "cache is simulated from row 0): a measured part of a run, as bench names it");
+  app.add_flag("--row-passes", row_passes,
+               "take every row as a pass of its own (one-token decode), whatever passes the trace "
+               "records; the default with -f, whose windows are prompt passes");
   app.add_flag("--json", json, "print the figures as JSON");
   SLUICE_PARSE(app, argc, argv);
   if (text.empty() && trace_in.empty())
@@ -158,8 +196,12 @@ int cmd_route_stats(int argc, char** argv) {
   }
   RoutingTrace trace = read_routing_trace(path);
   if (remove_after) std::filesystem::remove(path);
-  const RoutingStats st = routing_stats(trace);
-  const RoutingStats uni = routing_stats(uniform_like(trace, seed));
+  RoutingStatsOptions so;
+  so.row_passes = row_passes || !text.empty();
+  so.slots = slots;
+  if (!rows.empty()) parse_rows(rows, so);
+  const RoutingStats st = routing_stats(trace, so);
+  const RoutingStats uni = routing_stats(uniform_like(trace, seed), so);
 
   const std::string source = trace_in.empty() ? fmt::format("{} on {}", mf.model, text) : trace_in;
   if (json) {
@@ -170,7 +212,16 @@ int cmd_route_stats(int argc, char** argv) {
     j["n_expert"] = st.n_expert;
     j["n_used"] = st.n_used;
     j["routed_layers"] = st.routed_layers;
+    j["passes_in_trace"] = so.row_passes ? trace.n_rows() : trace.n_passes();
+    j["row_passes"] = so.row_passes;
+    j["counted"] = {{"first_row", so.first_row},
+                    {"passes", st.passes},
+                    {"rows", st.pass_rows},
+                    {"layer_requests", st.layer_requests},
+                    {"experts_requested", st.experts_requested},
+                    {"row_experts", st.row_experts}};
     j["cache_fractions"] = kCacheFractions;
+    j["cache_keys"] = st.cache_keys;
     j["cache_slots"] = st.cache_slots;
     const Json model = stats_json(st);
     j["overall"] = model["overall"];
@@ -180,9 +231,17 @@ int cmd_route_stats(int argc, char** argv) {
     return 0;
   }
   fmt::print(
-      "{}: {} rows, {} routed layers of {}, {} experts top-{}; uniform: the same rows routed at "
-      "random (seed {})\n\n",
-      source, trace.n_rows(), st.routed_layers.size(), st.n_layer, st.n_expert, st.n_used, seed);
+      "{}: {} rows in {} passes{}, {} routed layers of {}, {} experts top-{}; uniform: the same "
+      "rows routed at random (seed {})\n",
+      source, trace.n_rows(), so.row_passes ? trace.n_rows() : trace.n_passes(),
+      so.row_passes ? " (each row a pass)" : "", st.routed_layers.size(), st.n_layer, st.n_expert,
+      st.n_used, seed);
+  const double requests = static_cast<double>(std::max<uint64_t>(st.layer_requests, 1));
+  fmt::print(
+      "cache simulated on {} passes ({} rows{}): {:.1f} experts asked per layer request (the "
+      "union of its pass's rows), {:.1f} without sharing\n\n",
+      st.passes, st.pass_rows, rows.empty() ? "" : fmt::format(", --rows {}", rows),
+      st.experts_requested / requests, st.row_experts / requests);
   print_tables(st, uni);
   return 0;
 }

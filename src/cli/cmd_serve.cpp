@@ -44,6 +44,9 @@ int cmd_serve(int argc, char** argv) {
   ModelFlags mf;
   add_model_flags(app, mf);
   add_chat_template_flags(app, mf);
+  // A server step's pass holds rows of several requests; the trace records them as one pass and
+  // appears whole when the server shuts down.
+  add_routing_trace_flag(app, mf);
   server::ServerOptions so;
   std::string max_body = "4MiB";
   app.add_option("--host", so.host, "address to bind (default loopback only)")->capture_default_str();

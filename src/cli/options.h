@@ -34,7 +34,7 @@ struct ModelFlags {
   std::string stages;          // --stages A:B,C:D (pipeline)
   std::string split_mode = "layer";  // --split-mode layer|experts (mpirun -np N)
   double stage_timeout = 60;   // --stage-timeout seconds
-  std::string routing_trace;   // --routing-trace FILE (run, bench, perplexity)
+  std::string routing_trace;   // --routing-trace FILE (run, bench, perplexity, serve)
   std::string replay_routing;  // --replay-routing FILE (bench)
   // llama.cpp's flags: mapped where they mean something here, else accepted with one warning.
   std::string gpu_layers;       // -ngl: no GPU backend

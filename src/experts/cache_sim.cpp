@@ -37,15 +37,12 @@ class BeladyEvictor final : public Evictor {
   size_t pos_ = 0;
 };
 
-// Drives `ev` exactly as StreamStore does: requested() for each id, used() on a hit, and for the
-// misses (after all hits are pinned) filled() into an empty slot or the least valued unpinned one.
+// Drives `ev` as StreamStore does: requested() for each id, used() on a hit, and for the misses
+// (after all hits are pinned) filled() into an empty slot or the least valued unpinned one. When
+// every slot holds one of the request's own experts, the one handed out first gives up its slot.
 CacheSimResult run(const CacheRequests& reqs, int n_slots, Evictor& ev) {
+  if (n_slots < 1) fail("a simulated cache needs at least 1 slot, not {}", n_slots);
   const size_t n_keys = static_cast<size_t>(reqs.n_layer) * reqs.n_expert;
-  for (size_t i = 0; i < reqs.size(); ++i) {
-    const uint32_t n = reqs.begin[i + 1] - reqs.begin[i];
-    if (n > static_cast<uint32_t>(n_slots))
-      fail("a cache of {} experts cannot hold one request of {} experts", n_slots, n);
-  }
   CacheSimResult all, warm;
   for (CacheSimResult* r : {&all, &warm}) {
     r->layer_requests.assign(reqs.n_layer, 0);
@@ -54,17 +51,20 @@ CacheSimResult run(const CacheRequests& reqs, int n_slots, Evictor& ev) {
   std::vector<int32_t> key_slot(n_keys, -1), slot_key(n_slots, -1);
   std::vector<uint8_t> pinned(n_slots, 0);
   std::vector<int32_t> missing;
+  std::vector<int32_t> own;  // slots the request holds, in hand-out order: hits, then misses
   int filled = 0;
   bool counting = false;
   for (size_t i = 0; i < reqs.size(); ++i) {
-    if (!counting && filled == n_slots) {
+    const bool in_window = i >= reqs.count_begin && i < reqs.count_end;
+    if (!counting && in_window && filled == n_slots) {
       counting = true;
-      warm.warmup_requests = i;
+      warm.warmup_requests = i - reqs.count_begin;
     }
     const int il = reqs.layer[i];
     const uint32_t b = reqs.begin[i], e = reqs.begin[i + 1];
     ev.begin_request(il, e - b);
     missing.clear();
+    own.clear();
     for (uint32_t p = b; p < e; ++p) {
       const int32_t key = il * reqs.n_expert + reqs.ids[p];
       ev.requested(key);
@@ -73,17 +73,19 @@ CacheSimResult run(const CacheRequests& reqs, int n_slots, Evictor& ev) {
       if (hit) {
         ev.used(s);
         pinned[s] = 1;
+        own.push_back(s);
       } else {
         missing.push_back(key);
       }
       for (CacheSimResult* r : {&all, &warm}) {
-        if (r == &warm && !counting) continue;
+        if (!in_window || (r == &warm && !counting)) continue;
         ++r->requests;
         ++r->layer_requests[il];
         r->hits += hit;
         r->layer_hits[il] += hit;
       }
     }
+    size_t handed = 0;  // own[0 .. handed) gave their slots back
     for (const int32_t key : missing) {
       int32_t s = -1;
       if (filled < n_slots) {
@@ -95,14 +97,19 @@ CacheSimResult run(const CacheRequests& reqs, int n_slots, Evictor& ev) {
           const double v = ev.keep_value(c, slot_key[c]);
           if (s < 0 || v < best) s = c, best = v;
         }
+        if (s < 0) {  // a request larger than the cache: recycle its earliest handed-out expert
+          s = own[handed++];
+          pinned[s] = 0;
+        }
         key_slot[slot_key[s]] = -1;
       }
       slot_key[s] = key;
       key_slot[key] = s;
       pinned[s] = 1;
+      own.push_back(s);
       ev.filled(s, key);
     }
-    for (uint32_t p = b; p < e; ++p) pinned[key_slot[il * reqs.n_expert + reqs.ids[p]]] = 0;
+    for (const int32_t s : own) pinned[s] = 0;
   }
   return counting ? warm : all;
 }

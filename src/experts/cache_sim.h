@@ -4,13 +4,18 @@
 // runs it on routing traces; the retuning of the store's defaults is judged against it.
 //
 // The model: one cache of n_slots experts shared by every layer (one size class, as for files
-// whose experts are all alike). Requests come one layer at a time, in the order decode makes
-// them: each row of the trace walks its routed layers in order. A request's experts are pinned
-// until it ends, so one request never evicts its own experts; a miss fills an empty slot, else
-// evicts the unpinned expert the policy values least (Belady: the one used farthest in the
-// future, or never). No prefetch and no timing: a hit is an expert already in memory.
+// whose experts are all alike). Requests come one layer at a time, in the order the engine makes
+// them: each forward pass walks its routed layers in order and asks each for the union of its
+// rows' experts (routing_stats.h builds them from a trace). A hit is an expert in memory when its
+// request begins. A request's experts are pinned until it ends, so one request never evicts its
+// own experts while the cache has another choice; a miss fills an empty slot, else evicts the
+// unpinned expert the policy values least (Belady: the one used farthest in the future, or
+// never). A request larger than the cache (a prompt pass's union) recycles, as the store does,
+// the slot of its own expert handed out first (its hits, then its misses in order). No prefetch
+// and no timing.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -25,6 +30,9 @@ struct CacheRequests {
   std::vector<int32_t> layer;
   std::vector<uint32_t> begin{0};
   std::vector<int32_t> ids;
+  // Requests counted in the results: [count_begin, count_end) (a measured part of a run); the
+  // cache is simulated from the first request either way.
+  size_t count_begin = 0, count_end = SIZE_MAX;
   void add(int il, const int32_t* e, int n) {
     layer.push_back(il);
     ids.insert(ids.end(), e, e + n);
@@ -34,19 +42,19 @@ struct CacheRequests {
 };
 
 struct CacheSimResult {
-  // Counted from the first request after the cache was full (warm-up excluded, as published
-  // figures are), or from the start when it never fills.
+  // Counted from the first counted request (CacheRequests::count_begin) after the cache was full
+  // (warm-up excluded, as published figures are), or from count_begin when it is not full by
+  // count_end.
   uint64_t requests = 0, hits = 0;
   std::vector<uint64_t> layer_requests, layer_hits;  // per layer, same counting
-  uint64_t warmup_requests = 0;                      // layer requests before counting began
+  uint64_t warmup_requests = 0;  // counted layer requests before the cache was full
   double hit_rate() const { return requests ? static_cast<double>(hits) / requests : 0.0; }
   double layer_hit_rate(int il) const {
     return layer_requests[il] ? static_cast<double>(layer_hits[il]) / layer_requests[il] : 0.0;
   }
 };
 
-// One of the store's policies. Throws when n_slots is smaller than the largest request (its
-// experts must fit together).
+// One of the store's policies. Throws when n_slots < 1.
 CacheSimResult simulate_cache(const CacheRequests& reqs, int n_slots, EvictionPolicy policy);
 // Belady's offline optimum on the same model: the best any policy could do without prefetch.
 CacheSimResult simulate_belady(const CacheRequests& reqs, int n_slots);

@@ -1,6 +1,8 @@
 // Routing statistics of a trace (see routing_stats.h).
 #include "experts/routing_stats.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -79,20 +81,31 @@ void concentration(const RoutingTrace& t, RoutingStats& st) {
   }
 }
 
-void caches(const RoutingTrace& t, RoutingStats& st) {
-  CacheRequests reqs;
-  reqs.n_layer = t.n_layer;
-  reqs.n_expert = t.n_expert;
-  std::vector<int32_t> ids(t.n_used);
-  for (size_t r = 0; r < t.n_rows(); ++r)
-    for (const int il : st.routed_layers) {
-      const uint16_t* c = t.chosen_at(r, il);
-      std::copy_n(c, t.n_used, ids.begin());
-      reqs.add(il, ids.data(), t.n_used);
-    }
+void caches(const RoutingTrace& t, const RoutingStatsOptions& o, RoutingStats& st) {
+  const CacheRequests reqs = cache_requests(t, st.routed_layers, o.row_passes, o.first_row, o.end_row);
+  const size_t end = std::min(reqs.count_end, reqs.size());
+  st.layer_requests = end - reqs.count_begin;
+  st.experts_requested = reqs.begin[end] - reqs.begin[reqs.count_begin];
+  // The counted passes' rows: from the first pass that starts at first_row or later to the end of
+  // the last that starts before end_row.
+  const size_t n = t.n_rows();
+  auto joins = [&](size_t r) { return r < n && !o.row_passes && t.rows[r].joins_pass; };
+  size_t row_begin = o.first_row, row_end = std::min(o.end_row, n);
+  while (joins(row_begin)) ++row_begin;
+  while (joins(row_end)) ++row_end;
+  for (size_t r = row_begin; r < row_end; ++r) st.passes += !joins(r);
+  st.pass_rows = row_end > row_begin ? row_end - row_begin : 0;
+  st.row_experts = st.pass_rows * st.routed_layers.size() * t.n_used;
   const auto n_routed = static_cast<double>(st.routed_layers.size() * t.n_expert);
-  for (const double f : kCacheFractions)
+  for (const double f : kCacheFractions) {
+    st.cache_keys.push_back(fmt::format("{:g}", f));
     st.cache_slots.push_back(std::max(t.n_used, static_cast<int>(std::lround(f * n_routed))));
+  }
+  for (const int slots : o.slots) {
+    if (slots < 1) fail("a simulated cache needs at least 1 slot, not {}", slots);
+    st.cache_keys.push_back(fmt::format("{} slots", slots));
+    st.cache_slots.push_back(slots);
+  }
   auto record = [&](const std::string& name, const CacheSimResult& res) {
     st.overall.hit_rate[name].push_back(res.hit_rate());
     for (const int il : st.routed_layers)
@@ -143,7 +156,39 @@ void lookahead(const RoutingTrace& t, RoutingStats& st) {
 
 }  // namespace
 
-RoutingStats routing_stats(const RoutingTrace& trace) {
+CacheRequests cache_requests(const RoutingTrace& t, const std::vector<int>& routed_layers,
+                             bool row_passes, size_t first_row, size_t end_row) {
+  CacheRequests reqs;
+  reqs.n_layer = t.n_layer;
+  reqs.n_expert = t.n_expert;
+  reqs.count_begin = reqs.count_end = SIZE_MAX;
+  std::vector<uint32_t> seen(t.n_expert, 0);  // stamp of the request that holds the expert
+  uint32_t stamp = 0;
+  std::vector<int32_t> ids;
+  for (size_t r0 = 0; r0 < t.n_rows();) {
+    size_t r1 = r0 + 1;  // the pass is rows [r0, r1)
+    while (!row_passes && r1 < t.n_rows() && t.rows[r1].joins_pass) ++r1;
+    if (reqs.count_begin == SIZE_MAX && r0 >= first_row) reqs.count_begin = reqs.size();
+    if (reqs.count_end == SIZE_MAX && r0 >= end_row) reqs.count_end = reqs.size();
+    for (const int il : routed_layers) {
+      ids.clear();
+      ++stamp;
+      for (size_t r = r0; r < r1; ++r) {
+        const uint16_t* c = t.chosen_at(r, il);
+        if (c[0] == kNoExpert) continue;  // the row skipped the layer
+        for (int j = 0; j < t.n_used; ++j)
+          if (seen[c[j]] != stamp) seen[c[j]] = stamp, ids.push_back(c[j]);
+      }
+      reqs.add(il, ids.data(), static_cast<int>(ids.size()));
+    }
+    r0 = r1;
+  }
+  if (reqs.count_begin == SIZE_MAX) reqs.count_begin = reqs.size();
+  if (reqs.count_end == SIZE_MAX) reqs.count_end = reqs.size();
+  return reqs;
+}
+
+RoutingStats routing_stats(const RoutingTrace& trace, const RoutingStatsOptions& options) {
   trace.validate("routing trace");
   RoutingStats st;
   st.n_layer = trace.n_layer;
@@ -155,9 +200,13 @@ RoutingStats routing_stats(const RoutingTrace& trace) {
   if (st.routed_layers.empty() || trace.n_rows() == 0)
     fail("routing trace: no routed rows to measure ({} rows, {} routed layers)", trace.n_rows(),
          st.routed_layers.size());
+  if (options.first_row >= trace.n_rows() || options.end_row <= options.first_row)
+    fail("routing trace: rows {} to {} counted, but the trace has {} rows", options.first_row,
+         options.end_row == SIZE_MAX ? std::string("its end") : std::to_string(options.end_row),
+         trace.n_rows());
   reuse(trace, st);
   concentration(trace, st);
-  caches(trace, st);
+  caches(trace, options, st);
   lookahead(trace, st);
   RoutingFigures& o = st.overall;
   o.tokens = trace.n_rows();

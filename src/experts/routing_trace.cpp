@@ -1,6 +1,8 @@
 // Routing trace files (see routing_trace.h for the format).
 #include "experts/routing_trace.h"
 
+#include <fmt/format.h>
+
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -13,9 +15,11 @@ namespace sluice {
 namespace {
 
 constexpr char kMagic[8] = {'S', 'L', 'U', 'I', 'C', 'E', 'R', 'T'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // written; version 1 is read too
 constexpr size_t kHeaderBytes = 32;
-constexpr size_t kRowHeadBytes = 12;
+// Record heads: token, position, sequence; version 2 adds the pass.
+constexpr size_t kRowHeadBytesV1 = 12;
+constexpr size_t kRowHeadBytes = 16;
 
 template <typename T>
 T load(const char* p) {
@@ -33,6 +37,12 @@ void check_shape(const std::string& what, int64_t n_layer, int64_t n_expert, int
 }
 
 }  // namespace
+
+size_t RoutingTrace::n_passes() const {
+  size_t n = 0;
+  for (const Row& r : rows) n += !r.joins_pass;
+  return n;
+}
 
 bool RoutingTrace::layer_routed(int il) const {
   for (size_t r = 0; r < n_rows(); ++r)
@@ -78,8 +88,10 @@ RoutingTrace read_routing_trace(const std::string& path) {
     fail("routing trace '{}': not a routing trace (no SLUICERT header)", path);
   const char* p = data.data();
   const auto version = load<uint32_t>(p + 8);
-  if (version != kVersion)
-    fail("routing trace '{}': format version {}, this sluice reads {}", path, version, kVersion);
+  if (version != 1 && version != kVersion)
+    fail("routing trace '{}': format version {}, this sluice reads 1 and {}", path, version,
+         kVersion);
+  const size_t head = version == 1 ? kRowHeadBytesV1 : kRowHeadBytes;
   RoutingTrace t;
   const auto n_layer = load<uint32_t>(p + 12), n_expert = load<uint32_t>(p + 16);
   const auto n_used = load<uint32_t>(p + 20), flags = load<uint32_t>(p + 24);
@@ -90,7 +102,7 @@ RoutingTrace read_routing_trace(const std::string& path) {
   t.n_used = static_cast<int>(n_used);
   t.has_predictions = flags & 1;
   const size_t cells = static_cast<size_t>(n_layer) * n_used;
-  const size_t record = kRowHeadBytes + 2 * cells * (t.has_predictions ? 2 : 1);
+  const size_t record = head + 2 * cells * (t.has_predictions ? 2 : 1);
   const size_t body = data.size() - kHeaderBytes;
   if (body % record != 0)
     fail(
@@ -101,12 +113,26 @@ RoutingTrace read_routing_trace(const std::string& path) {
   t.rows.resize(n);
   t.chosen.resize(n * cells);
   if (t.has_predictions) t.predicted.resize(n * cells);
+  uint32_t prev_pass = 0;
   for (size_t r = 0; r < n; ++r) {
     const char* q = p + kHeaderBytes + r * record;
     t.rows[r] = {load<int32_t>(q), load<int32_t>(q + 4), load<int32_t>(q + 8)};
-    std::memcpy(t.chosen.data() + r * cells, q + kRowHeadBytes, 2 * cells);
+    if (version >= 2) {
+      // Passes are numbered from 0 in evaluation order: a record repeats its predecessor's pass
+      // or starts the next one.
+      const auto pass = load<uint32_t>(q + 12);
+      const bool joins = r > 0 && pass == prev_pass;
+      if (r == 0 ? pass != 0 : !joins && pass != prev_pass + 1)
+        fail("routing trace '{}': record {} is in pass {}, {}", path, r, pass,
+             r == 0 ? std::string("expected 0 (passes count from 0)")
+                    : fmt::format("expected {} or {} (the pass of record {} or the next)",
+                                  prev_pass, prev_pass + 1, r - 1));
+      t.rows[r].joins_pass = joins;
+      prev_pass = pass;
+    }
+    std::memcpy(t.chosen.data() + r * cells, q + head, 2 * cells);
     if (t.has_predictions)
-      std::memcpy(t.predicted.data() + r * cells, q + kRowHeadBytes + 2 * cells, 2 * cells);
+      std::memcpy(t.predicted.data() + r * cells, q + head + 2 * cells, 2 * cells);
   }
   t.validate("routing trace '" + path + "'");
   return t;
@@ -131,9 +157,13 @@ RoutingTraceWriter::~RoutingTraceWriter() = default;
 void RoutingTraceWriter::append(const RoutingTrace::Row& row, const uint16_t* chosen,
                                 const uint16_t* predicted) {
   const size_t cells = static_cast<size_t>(n_layer_) * n_used_;
+  if (row.joins_pass && rows_ == 0)
+    fail("routing trace '{}': the first row joins a pass, but no row comes before it", path_);
+  if (!row.joins_pass && rows_ > 0) ++pass_;
   file_->pod<int32_t>(row.token);
   file_->pod<int32_t>(row.pos);
   file_->pod<int32_t>(row.seq);
+  file_->pod<uint32_t>(pass_);
   file_->bytes(chosen, 2 * cells);
   if (predictions_) file_->bytes(predicted, 2 * cells);
   ++rows_;

@@ -52,7 +52,9 @@ std::string install_routing_tap(Engine::Impl& e) {
   if (!o.replay_routing.empty()) {
     e.routing = make_routing_replay(o.replay_routing, hp.n_expert, hp.n_expert_used, routed, &what);
   } else {
-    e.routing = make_trace_recorder(o.routing_trace, hp.n_layer, hp.n_expert, hp.n_expert_used, true);
+    auto recorder = make_trace_recorder(o.routing_trace, hp.n_layer, hp.n_expert, hp.n_expert_used, true);
+    e.recorder = recorder.get();
+    e.routing = std::move(recorder);
     what = fmt::format("routing trace written to {}", o.routing_trace);
   }
   e.model->set_routing_tap(e.routing.get());
@@ -177,6 +179,8 @@ ExpertStats Engine::expert_stats() const {
   return {s.requests, s.hits, s.misses, s.bytes_read, s.read_seconds, s.stall_seconds, s.prefetch_issued, s.prefetch_used,
           s.certain_issued, s.certain_used, s.cache_bytes};
 }
+
+uint64_t Engine::routing_trace_rows() const { return impl_->recorder ? impl_->recorder->rows() : 0; }
 
 ExpertCacheMap Engine::expert_cache_map() const {
   ExpertCacheMap m;

@@ -18,6 +18,8 @@
 
 namespace sluice {
 
+class RoutingTraceRecorder;  // runtime/routing_taps.h
+
 struct Engine::Impl {
   EngineOptions options;
   std::unique_ptr<gguf::File> file;
@@ -33,6 +35,7 @@ struct Engine::Impl {
   std::atomic<bool> experts_busy{false};
   // EngineOptions::routing_trace / replay_routing; the model calls it during forward passes.
   std::unique_ptr<RoutingTap> routing;
+  const RoutingTraceRecorder* recorder = nullptr;  // `routing` when it writes a trace
   ModelInfo info;
   std::shared_ptr<StageLink> link;  // pipeline stages; null: the whole model here
   int n_ctx = 0;  // per-session context

@@ -22,7 +22,7 @@ void map_replay_ids(const uint16_t* src, int k_src, int e_src, int32_t* dst, int
 
 namespace {
 
-class TraceRecorder final : public RoutingTap {
+class TraceRecorder final : public RoutingTraceRecorder {
  public:
   TraceRecorder(const std::string& path, int n_layer, int n_expert, int n_used, bool predictions)
       : writer_(path, n_layer, n_expert, n_used, predictions), path_(path) {}
@@ -48,10 +48,12 @@ class TraceRecorder final : public RoutingTap {
   void predicted(int il, int n_used, int32_t* ids) override { keep(predicted_, il, n_used, ids); }
   void end_forward() override {
     const size_t row = static_cast<size_t>(writer_.n_layer()) * writer_.n_used();
+    // The pass's rows share one record pass: the store was asked once per layer for their union.
     for (int64_t t = 0; t < batch_->size(); ++t)
-      writer_.append({batch_->tokens[t], batch_->pos[t], batch_->seq[t]}, chosen_.data() + t * row,
-                     predicted_.data() + t * row);
+      writer_.append({batch_->tokens[t], batch_->pos[t], batch_->seq[t], t > 0},
+                     chosen_.data() + t * row, predicted_.data() + t * row);
   }
+  uint64_t rows() const override { return writer_.rows(); }
 
  private:
   void keep(std::vector<uint16_t>& table, int il, int n_used, const int32_t* ids) {
@@ -112,7 +114,7 @@ class RoutingReplay final : public RoutingTap {
 
 }  // namespace
 
-std::unique_ptr<RoutingTap> make_trace_recorder(const std::string& path, int n_layer, int n_expert,
+std::unique_ptr<RoutingTraceRecorder> make_trace_recorder(const std::string& path, int n_layer, int n_expert,
                                                 int n_used, bool predictions) {
   return std::make_unique<TraceRecorder>(path, n_layer, n_expert, n_used, predictions);
 }

@@ -72,9 +72,11 @@ void Scheduler::Impl::step(Batch& batch, std::vector<float>& logits, std::vector
     // The expert store's counters and cache map as this pass left them, published before its
     // tokens go out: a client that has its reply sees the experts it used counted.
     const ExpertStats es = public_engine.expert_stats();
+    const uint64_t trace_rows = public_engine.routing_trace_rows();
     auto map = std::make_shared<const ExpertCacheMap>(public_engine.expert_cache_map());
     std::lock_guard<std::mutex> lock(mutex);
     stats.experts = es;
+    stats.routing_trace_rows = trace_rows;
     cache_map = std::move(map);
   }
   if (mtp_drafts()) {

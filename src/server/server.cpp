@@ -104,6 +104,8 @@ std::string metrics_text(const SchedulerStats& s, Counters& counters) {
   metric("expert_stall_seconds_total", "counter", "time compute waited for expert reads", s.experts.stall_seconds);
   metric("expert_prefetch_issued_total", "counter", "experts prefetched by router lookahead", s.experts.prefetch_issued);
   metric("expert_prefetch_used_total", "counter", "prefetched experts that were used", s.experts.prefetch_used);
+  metric("routing_trace_rows", "gauge", "rows written to --routing-trace (route-stats --rows A:B counts a span)",
+         s.routing_trace_rows);
   out += counters.ttft.text("time_to_first_token_seconds", "seconds from submission to the first generated text");
   out += counters.latency.text("request_duration_seconds", "seconds from submission to the last event of a completion");
   out += "# HELP sluice_http_responses_total HTTP responses by status code\n# TYPE sluice_http_responses_total counter\n";

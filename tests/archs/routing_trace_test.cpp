@@ -1,5 +1,5 @@
-// Routing traces: a trace written by the engine holds one record per evaluated row with its token
-// and position; a trace written while the shipped model runs, replayed into the same model over
+// Routing traces: a trace written by the engine holds one record per evaluated row with its token,
+// position and forward pass; a trace written while the shipped model runs, replayed into the same model over
 // other tokens, makes exactly the recorded calls to the expert store (every request and every
 // lookahead prefetch, in order), which those tokens alone do not; a trace of fixed experts replayed
 // through the engine drives the streaming store to those experts only; bad combinations are precise
@@ -76,6 +76,8 @@ TEST(RoutingTrace, HoldsEveryEvaluatedRow) {
   ASSERT_EQ(t.n_rows(), a.prompt.size() + a.generated.size() - 1);
   for (size_t r = 0; r < t.n_rows(); ++r) {
     EXPECT_EQ(t.rows[r].pos, static_cast<int32_t>(r));
+    // The prompt is one pass (its rows after the first join it); each decode step is its own.
+    EXPECT_EQ(t.rows[r].joins_pass, r > 0 && r < a.prompt.size()) << "row " << r;
     const int32_t want = r < a.prompt.size() ? a.prompt[r] : a.generated[r - a.prompt.size()];
     EXPECT_EQ(t.rows[r].token, want) << "row " << r;
   }

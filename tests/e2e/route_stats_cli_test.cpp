@@ -4,10 +4,14 @@
 // reuses its share (k/E) and the trained router reuses more; a trace written by `perplexity
 // --routing-trace` is read back by `route-stats --trace`; `bench --replay-routing` says that it
 // replays in every output format; `bench --decode-text` reads a text one token a step, past the
-// end of the context, and its timeline accounts for every expert request.
+// end of the context, and its timeline accounts for every expert request; a draft run's trace
+// (sluice-moe-128, n-gram drafts on repetitive code, streamed) holds verify passes of several rows,
+// and route-stats simulates its measured part at the run's own cache size, each pass asking each
+// layer for its rows' union.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -146,6 +150,55 @@ TEST(RouteStatsCli, BenchDecodeTextReadsTheTextOneTokenAStep) {
   r = cli("bench -m " + kModel + " -p 0 -n 100000 --decode-text " + kText);
   EXPECT_NE(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("td100000: " + kText + " has"), std::string::npos) << r.out;
+}
+
+// A draft run streamed at 19 MiB (a quarter of sluice-moe-128's experts) records its verify passes:
+// the trace has fewer passes than rows, bench names the measured rows, and route-stats at the
+// run's slot count counts one union request per (pass, layer), fewer experts than its rows chose.
+TEST(RouteStatsCli, DraftRunTraceHasVerifyPassesOfSeveralRows) {
+  const std::string moe = kSource + "/models/sluice-moe-128.gguf";
+  const std::string prompt = kSource + "/bench/prompts/repetitive-code.txt";
+  const std::string trace = (sluice::test::scratch_dir() / "draft.trace").string();
+  auto r = cli("bench -m " + moe + " -c 1024 -t 1 -p 0 -n 96 -r 1 -o json -f " + prompt +
+               " --draft ngram --experts stream --ssd-streaming-cache-experts 19MiB --routing-trace " + trace);
+  ASSERT_EQ(r.status, 0) << r.out;
+  const size_t at = r.out.find("[{");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const nlohmann::json run = nlohmann::json::parse(r.out.substr(at, r.out.find("]\n", at) + 1 - at));
+  EXPECT_GT(run[0]["tokens_per_step"].get<double>(), 1.5) << r.out;  // drafts were accepted
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"((\d+) slots × )"))) << r.out;
+  const std::string slots = m[1];
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(tg96 rep 0: routing trace rows (\d+):(\d+))"))) << r.out;
+  const std::string rows = m[1].str() + ":" + m[2].str();
+
+  r = cli("route-stats --trace " + trace + " --json --rows " + rows + " --cache-slots " + slots);
+  ASSERT_EQ(r.status, 0) << r.out;
+  const nlohmann::json j = last_json(r.out);
+  EXPECT_LT(j["passes_in_trace"].get<int>(), j["rows"].get<int>());
+  const nlohmann::json& c = j["counted"];
+  EXPECT_EQ(c["first_row"].get<uint64_t>(), std::stoull(m[1].str()));
+  EXPECT_LT(c["passes"].get<int>(), c["rows"].get<int>());  // verify passes of several rows
+  EXPECT_LT(c["passes"].get<int>(), 96);
+  EXPECT_EQ(c["layer_requests"].get<int>(), c["passes"].get<int>() * j["routed_layers"].size());
+  EXPECT_LT(c["experts_requested"].get<int>(), c["row_experts"].get<int>());  // rows share experts
+  const std::string key = slots + " slots";
+  ASSERT_EQ(j["cache_keys"].back(), key);
+  const double belady = j["overall"]["hit_rate"]["belady"][key].get<double>();
+  EXPECT_GT(belady, 0.0);
+  for (const char* policy : {"lru", "lfu", "nextuse"})
+    EXPECT_LE(j["overall"]["hit_rate"][policy][key].get<double>(), belady + 1e-12) << policy;
+  // Row by row, as before passes were recorded, the same rows ask for more experts.
+  r = cli("route-stats --trace " + trace + " --json --row-passes --rows " + rows);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_GT(last_json(r.out)["counted"]["layer_requests"].get<int>(), c["layer_requests"].get<int>());
+
+  r = cli("route-stats --trace " + trace + " --rows 5:2");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("--rows 5:2: END must be after FIRST"), std::string::npos) << r.out;
+  r = cli("route-stats --trace " + trace + " --rows 99999999");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("but the trace has"), std::string::npos) << r.out;
 }
 
 }  // namespace

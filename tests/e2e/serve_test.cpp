@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <future>
 #include <memory>
@@ -241,4 +242,47 @@ TEST(ServeOpenAiClient, NodeClientTestsPass) {
   EXPECT_EQ(status, 0) << out;
   EXPECT_EQ(out.find("FAIL"), std::string::npos) << out;
   EXPECT_NE(out.find("ok   concurrency"), std::string::npos) << out;
+}
+
+// `serve --routing-trace`: a step's pass holds rows of several requests, and the trace (written at
+// shutdown) records them as one pass; /metrics says how many rows it holds. The records are read
+// here as routing_trace.h documents them (version 2: a 16-byte head with the pass at byte 12).
+TEST(ServeRoutingTrace, AStepOverSeveralRequestsIsOnePass) {
+  const std::string trace = (sluice::test::scratch_dir() / "serve.trace").string();
+  std::filesystem::remove(trace);
+  double rows = 0;
+  {
+    Server server({"--parallel", "4", "--routing-trace", trace});
+    ASSERT_GT(server.port(), 0) << "server did not start; log: " << server.log();
+    const std::string body = R"({"prompt":"And God said","max_tokens":64,"temperature":0,"ignore_eos":true})";
+    std::vector<std::future<Http>> all;
+    for (int i = 0; i < 4; ++i)
+      all.push_back(std::async(std::launch::async, [&] { return http(server.port(), "POST", "/v1/completions", body, ""); }));
+    for (auto& f : all) EXPECT_EQ(f.get().status, 200);
+    rows = metrics(server.port()).value("sluice_routing_trace_rows", 0.0);
+    EXPECT_GE(rows, 4 * 64);
+  }  // SIGTERM: the trace appears whole
+  const std::string data = sluice::test::read_file(trace);
+  ASSERT_GE(data.size(), 32u);
+  ASSERT_EQ(data.substr(0, 8), "SLUICERT");
+  auto u32 = [&](size_t at) {
+    uint32_t v;
+    std::memcpy(&v, data.data() + at, 4);
+    return v;
+  };
+  EXPECT_EQ(u32(8), 2u);
+  const size_t record = 16 + 2 * u32(12) * u32(20) * ((u32(24) & 1) ? 2 : 1);
+  ASSERT_EQ((data.size() - 32) % record, 0u);
+  const size_t n = (data.size() - 32) / record;
+  EXPECT_EQ(static_cast<double>(n), rows);
+  // Passes whose rows belong to more than one sequence: the batched decode steps.
+  size_t shared = 0;
+  for (size_t r = 1; r < n; ++r) {
+    const size_t at = 32 + r * record, before = at - record;
+    shared += u32(at + 12) == u32(before + 12) && u32(at + 8) != u32(before + 8);
+  }
+  EXPECT_GT(shared, 10u);
+  const auto [status, out] = sluice::test::sh(std::string(SLUICE_BIN) + " route-stats --trace " + trace);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find(" rows in "), std::string::npos) << out;
 }

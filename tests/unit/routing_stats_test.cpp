@@ -49,7 +49,7 @@ TEST(CacheSim, TextbookReferenceStringLruAndBelady) {
   EXPECT_EQ(opt.hits, 11u);
 }
 
-TEST(CacheSim, NeverFullCountsFromTheStartAndRequestsMustFit) {
+TEST(CacheSim, NeverFullCountsFromTheStartOrTheCountedPart) {
   CacheRequests reqs;
   reqs.n_layer = 2;
   reqs.n_expert = 4;
@@ -64,7 +64,12 @@ TEST(CacheSim, NeverFullCountsFromTheStartAndRequestsMustFit) {
   EXPECT_EQ(r.layer_requests[0], 4u);
   EXPECT_EQ(r.layer_hits[0], 2u);
   EXPECT_EQ(r.layer_hits[1], 0u);
-  EXPECT_THROW(simulate_belady(reqs, 1), Error);
+  EXPECT_THROW(simulate_belady(reqs, 0), Error);
+  // Counting only requests 1.. (a measured part): the first request is simulated, not counted.
+  reqs.count_begin = 1;
+  const CacheSimResult part = simulate_cache(reqs, 8, EvictionPolicy::kNextUse);
+  EXPECT_EQ(part.requests, 4u);
+  EXPECT_EQ(part.hits, 2u);
 }
 
 // A request never evicts its own experts: with 2 slots and requests {0,1},{2,3} alternating with
@@ -162,7 +167,7 @@ TEST(RoutingTrace, FileRoundTripAndPreciseErrors) {
   t.n_expert = 16;
   t.n_used = 2;
   t.has_predictions = true;
-  t.rows = {{5, 0, 0}, {9, 1, 0}, {3, 0, 1}};
+  t.rows = {{5, 0, 0}, {9, 1, 0}, {3, 0, 1, true}};  // rows 1 and 2: one pass
   t.chosen = {1, 2, kNoExpert, kNoExpert, 3, 4, kNoExpert, kNoExpert, 15, 0, kNoExpert, kNoExpert};
   t.predicted = {kNoExpert, kNoExpert, kNoExpert, kNoExpert, kNoExpert, kNoExpert,
                  kNoExpert, kNoExpert, kNoExpert, kNoExpert, kNoExpert, kNoExpert};
@@ -175,11 +180,15 @@ TEST(RoutingTrace, FileRoundTripAndPreciseErrors) {
   ASSERT_EQ(back.n_rows(), 3u);
   EXPECT_EQ(back.rows[2].seq, 1);
   EXPECT_EQ(back.rows[1].token, 9);
+  EXPECT_FALSE(back.rows[0].joins_pass);
+  EXPECT_FALSE(back.rows[1].joins_pass);
+  EXPECT_TRUE(back.rows[2].joins_pass);
+  EXPECT_EQ(back.n_passes(), 2u);
   EXPECT_EQ(back.chosen, t.chosen);
   EXPECT_EQ(back.predicted, t.predicted);
   EXPECT_TRUE(back.layer_routed(0));
   EXPECT_FALSE(back.layer_routed(1));
-  EXPECT_EQ(std::filesystem::file_size(path), 32u + 3 * (12 + 2 * 2 * 2 * 2));
+  EXPECT_EQ(std::filesystem::file_size(path), 32u + 3 * (16 + 2 * 2 * 2 * 2));
 
   // Cut into the last record.
   const std::string cut = (test::scratch_dir() / "cut.trace").string();
@@ -191,6 +200,43 @@ TEST(RoutingTrace, FileRoundTripAndPreciseErrors) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("record 2 is truncated"), std::string::npos) << e.what();
   }
+  // A pass number that skips one (record 2 in pass 3 after pass 1), and one that goes back.
+  for (const auto& [pass, expected] : {std::pair<uint32_t, const char*>{3, "record 2 is in pass 3, expected 1 or 2"},
+                                       {0, "record 2 is in pass 0, expected 1 or 2"}}) {
+    const std::string skip = (test::scratch_dir() / "skip.trace").string();
+    std::filesystem::copy_file(path, skip, std::filesystem::copy_options::overwrite_existing);
+    std::fstream f(skip, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(32 + 2 * (16 + 16) + 12);
+    f.write(reinterpret_cast<const char*>(&pass), 4);
+    f.close();
+    try {
+      read_routing_trace(skip);
+      FAIL() << "pass " << pass << " was read";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    }
+  }
+  // Another version.
+  {
+    const std::string v3 = (test::scratch_dir() / "v3.trace").string();
+    std::filesystem::copy_file(path, v3, std::filesystem::copy_options::overwrite_existing);
+    std::fstream f(v3, std::ios::in | std::ios::out | std::ios::binary);
+    const uint32_t three = 3;
+    f.seekp(8);
+    f.write(reinterpret_cast<const char*>(&three), 4);
+    f.close();
+    try {
+      read_routing_trace(v3);
+      FAIL() << "version 3 was read";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("format version 3, this sluice reads 1 and 2"), std::string::npos)
+          << e.what();
+    }
+  }
+  // The first row cannot join a pass.
+  RoutingTrace first = t;
+  first.rows[0].joins_pass = true;
+  EXPECT_THROW(write_routing_trace((test::scratch_dir() / "first.trace").string(), first), Error);
   // An expert twice in one row.
   RoutingTrace bad = t;
   bad.chosen[1] = 1;
@@ -203,6 +249,104 @@ TEST(RoutingTrace, FileRoundTripAndPreciseErrors) {
     FAIL() << "a foreign file was read";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("not a routing trace"), std::string::npos) << e.what();
+  }
+}
+
+// Version 1 (no pass field, 12-byte record heads) still reads: every row a pass of its own.
+TEST(RoutingTrace, VersionOneReadsWithEveryRowItsOwnPass) {
+  const std::string path = (test::scratch_dir() / "v1.trace").string();
+  {
+    std::ofstream f(path, std::ios::binary);
+    auto u32 = [&](uint32_t v) { f.write(reinterpret_cast<const char*>(&v), 4); };
+    auto u16 = [&](uint16_t v) { f.write(reinterpret_cast<const char*>(&v), 2); };
+    f.write("SLUICERT", 8);
+    for (const uint32_t v : {1u, 1u, 8u, 2u, 0u, 0u}) u32(v);  // version, layers, experts, used, flags
+    const uint16_t ids[3][2] = {{0, 1}, {1, 2}, {7, 3}};
+    for (int r = 0; r < 3; ++r) {
+      for (const uint32_t v : {100u + r, static_cast<uint32_t>(r), 0u}) u32(v);  // token, pos, seq
+      u16(ids[r][0]), u16(ids[r][1]);
+    }
+  }
+  const RoutingTrace t = read_routing_trace(path);
+  ASSERT_EQ(t.n_rows(), 3u);
+  EXPECT_EQ(t.n_passes(), 3u);
+  EXPECT_EQ(t.rows[2].token, 102);
+  EXPECT_EQ(t.rows[2].pos, 2);
+  EXPECT_EQ(t.chosen_at(2, 0)[0], 7);
+  for (const auto& row : t.rows) EXPECT_FALSE(row.joins_pass);
+  // Cut: 12-byte heads, so 3 records of 16 bytes; 5 bytes less leaves record 2 torn.
+  std::filesystem::resize_file(path, 32 + 3 * 16 - 5);
+  try {
+    read_routing_trace(path);
+    FAIL() << "a truncated v1 trace was read";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("record 2 is truncated"), std::string::npos) << e.what();
+  }
+}
+
+// A pass of several rows asks each layer once for the union of its rows' experts. One layer, 3
+// slots; passes P0 = rows {0,1},{1,2}; P1 = {3,0}; P2 = {1,3}; P3 = {1,0},{0,3}.
+//  As passes: P0 [0,1,2] fills the cache (warm-up); P1 [3,0]: 0 hits, 3 evicts 1 (LRU: tied with
+//  2 at P0, the first slot goes) or 2 (Belady: never used again); P2 [1,3]: LRU hits 3 and evicts
+//  2 for 1, Belady hits both; P3 [1,0,3]: all hit. LRU 5 of 7, Belady 6 of 7.
+//  Row by row: the cache fills at {1,2}; then [3,0] (1 hit, as above), [1,3] (LRU 1, Belady 2),
+//  [1,0] and [0,3] (2 + 2): LRU 6 of 8, Belady 7 of 8 — P3's second row finds 0 that its first
+//  row just asked for, which one union request does not count twice.
+TEST(CacheSim, APassAsksEachLayerOnceForItsRowsUnion) {
+  RoutingTrace t = one_layer(8, 2, {{0, 1}, {1, 2}, {3, 0}, {1, 3}, {1, 0}, {0, 3}});
+  t.rows[1].joins_pass = t.rows[5].joins_pass = true;
+  EXPECT_EQ(t.n_passes(), 4u);
+  const CacheRequests passes = cache_requests(t, {0}, false);
+  ASSERT_EQ(passes.size(), 4u);
+  EXPECT_EQ(std::vector<int32_t>(passes.ids.begin(), passes.ids.begin() + 3), (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_EQ(std::vector<int32_t>(passes.ids.end() - 3, passes.ids.end()), (std::vector<int32_t>{1, 0, 3}));
+  const CacheSimResult lru = simulate_cache(passes, 3, EvictionPolicy::kLru);
+  EXPECT_EQ(lru.warmup_requests, 1u);
+  EXPECT_EQ(lru.requests, 7u);
+  EXPECT_EQ(lru.hits, 5u);
+  const CacheSimResult opt = simulate_belady(passes, 3);
+  EXPECT_EQ(opt.requests, 7u);
+  EXPECT_EQ(opt.hits, 6u);
+
+  const CacheRequests rows = cache_requests(t, {0}, true);
+  ASSERT_EQ(rows.size(), 6u);
+  EXPECT_EQ(simulate_cache(rows, 3, EvictionPolicy::kLru).hits, 6u);
+  EXPECT_EQ(simulate_cache(rows, 3, EvictionPolicy::kLru).requests, 8u);
+  EXPECT_EQ(simulate_belady(rows, 3).hits, 7u);
+
+  // routing_stats takes the passes, counts from row 2 (P1 on), and simulates 3 slots on request.
+  RoutingStatsOptions o;
+  o.slots = {3};
+  o.first_row = 2;
+  const RoutingStats st = routing_stats(t, o);
+  EXPECT_EQ(st.passes, 3u);
+  EXPECT_EQ(st.pass_rows, 4u);
+  EXPECT_EQ(st.layer_requests, 3u);
+  EXPECT_EQ(st.experts_requested, 7u);
+  EXPECT_EQ(st.row_experts, 8u);
+  ASSERT_EQ(st.cache_keys.back(), "3 slots");
+  EXPECT_DOUBLE_EQ(st.overall.hit_rate.at("belady").back(), 6.0 / 7);
+  EXPECT_DOUBLE_EQ(st.overall.hit_rate.at("lru").back(), 5.0 / 7);
+  // Counting from row 1 (inside P0) starts at the next pass that begins there: P1.
+  o.first_row = 1;
+  EXPECT_EQ(routing_stats(t, o).passes, 3u);
+  o.first_row = 6;
+  EXPECT_THROW(routing_stats(t, o), Error);
+}
+
+// A request larger than the cache (a prompt pass's union) recycles the slot of its own expert
+// handed out first, as the store does: [0,1,2] in 2 slots leaves 1 and 2.
+TEST(CacheSim, ARequestLargerThanTheCacheRecyclesItsFirstExpert) {
+  for (const auto& [next, hits] : {std::pair<int32_t, uint64_t>{0, 0}, {1, 1}, {2, 1}}) {
+    CacheRequests reqs;
+    reqs.n_layer = 1;
+    reqs.n_expert = 4;
+    const int32_t big[3] = {0, 1, 2};
+    reqs.add(0, big, 3);
+    reqs.add(0, &next, 1);
+    for (const EvictionPolicy p : kEvictionPolicies) EXPECT_EQ(simulate_cache(reqs, 2, p).hits, hits) << next;
+    EXPECT_EQ(simulate_belady(reqs, 2).hits, hits) << next;
+    EXPECT_EQ(simulate_belady(reqs, 2).requests, 1u);
   }
 }
 
