@@ -18,6 +18,7 @@
 
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/progress.h"
 #include "experts/routing_stats.h"
@@ -177,6 +178,11 @@ int cmd_route_stats(int argc, char** argv) {
   app.add_flag("--row-passes", row_passes,
                "take every row as a pass of its own (one-token decode), whatever passes the trace "
                "records; the default with -f, whose windows are prompt passes");
+  std::string timeline;
+  app.add_option("--timeline", timeline,
+                 "also write FILE (CSV): per counted pass, its first row, the experts it asked for "
+                 "and how many each policy and Belady found in memory with the first --cache-slots "
+                 "cache, for a plot over the run");
   app.add_flag("--json", json, "print the figures as JSON");
   SLUICE_PARSE(app, argc, argv);
   if (text.empty() && trace_in.empty())
@@ -200,6 +206,21 @@ int cmd_route_stats(int argc, char** argv) {
   so.row_passes = row_passes || !text.empty();
   so.slots = slots;
   if (!rows.empty()) parse_rows(rows, so);
+  if (!timeline.empty()) {
+    if (slots.empty()) fail("--timeline needs --cache-slots N: the cache it simulates");
+    const CacheTimeline tl = cache_timeline(trace, so, slots.front());
+    std::string csv = "row,requested";
+    for (const std::string& p : tl.policies) csv += "," + p;
+    csv += "\n";
+    for (const CacheTimeline::Pass& pass : tl.passes) {
+      csv += fmt::format("{},{}", pass.row, pass.requested);
+      for (const uint64_t h : pass.hits) csv += fmt::format(",{}", h);
+      csv += "\n";
+    }
+    AtomicFile out(timeline);
+    out.bytes(csv.data(), csv.size());
+    out.close();
+  }
   const RoutingStats st = routing_stats(trace, so);
   const RoutingStats uni = routing_stats(uniform_like(trace, seed), so);
 

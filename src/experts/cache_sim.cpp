@@ -52,6 +52,7 @@ CacheSimResult run(const CacheRequests& reqs, int n_slots, Evictor& ev) {
   std::vector<uint8_t> pinned(n_slots, 0);
   std::vector<int32_t> missing;
   std::vector<int32_t> own;  // slots the request holds, in hand-out order: hits, then misses
+  std::vector<uint32_t> request_hits(reqs.size(), 0);
   int filled = 0;
   bool counting = false;
   for (size_t i = 0; i < reqs.size(); ++i) {
@@ -70,6 +71,7 @@ CacheSimResult run(const CacheRequests& reqs, int n_slots, Evictor& ev) {
       ev.requested(key);
       const int32_t s = key_slot[key];
       const bool hit = s >= 0;
+      request_hits[i] += hit;
       if (hit) {
         ev.used(s);
         pinned[s] = 1;
@@ -111,7 +113,9 @@ CacheSimResult run(const CacheRequests& reqs, int n_slots, Evictor& ev) {
     }
     for (const int32_t s : own) pinned[s] = 0;
   }
-  return counting ? warm : all;
+  CacheSimResult& result = counting ? warm : all;
+  result.request_hits = std::move(request_hits);
+  return result;
 }
 
 }  // namespace

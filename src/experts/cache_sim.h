@@ -48,6 +48,8 @@ struct CacheSimResult {
   uint64_t requests = 0, hits = 0;
   std::vector<uint64_t> layer_requests, layer_hits;  // per layer, same counting
   uint64_t warmup_requests = 0;  // counted layer requests before the cache was full
+  // Per request, every one (counted or not): how many of its experts were found in memory.
+  std::vector<uint32_t> request_hits;
   double hit_rate() const { return requests ? static_cast<double>(hits) / requests : 0.0; }
   double layer_hit_rate(int il) const {
     return layer_requests[il] ? static_cast<double>(layer_hits[il]) / layer_requests[il] : 0.0;

@@ -188,6 +188,41 @@ CacheRequests cache_requests(const RoutingTrace& t, const std::vector<int>& rout
   return reqs;
 }
 
+CacheTimeline cache_timeline(const RoutingTrace& t, const RoutingStatsOptions& o, int slots) {
+  t.validate("routing trace");
+  std::vector<int> routed;
+  for (int il = 0; il < t.n_layer; ++il)
+    if (t.layer_routed(il)) routed.push_back(il);
+  const CacheRequests reqs = cache_requests(t, routed, o.row_passes, o.first_row, o.end_row);
+  CacheTimeline tl;
+  std::vector<CacheSimResult> sims;
+  for (const EvictionPolicy p : kEvictionPolicies) {
+    tl.policies.push_back(eviction_policy_name(p));
+    sims.push_back(simulate_cache(reqs, slots, p));
+  }
+  tl.policies.push_back("belady");
+  sims.push_back(simulate_belady(reqs, slots));
+  // cache_requests makes one request per routed layer of each pass, in trace order.
+  if (routed.empty()) return tl;
+  const size_t per_pass = routed.size();
+  size_t row = 0, request = 0;
+  while (row < t.n_rows() && request < reqs.size()) {
+    size_t end = row + 1;
+    while (!o.row_passes && end < t.n_rows() && t.rows[end].joins_pass) ++end;
+    if (request >= reqs.count_begin && request < reqs.count_end) {
+      CacheTimeline::Pass pass{row, 0, std::vector<uint64_t>(sims.size(), 0)};
+      for (size_t q = request; q < request + per_pass; ++q) {
+        pass.requested += reqs.begin[q + 1] - reqs.begin[q];
+        for (size_t k = 0; k < sims.size(); ++k) pass.hits[k] += sims[k].request_hits[q];
+      }
+      tl.passes.push_back(std::move(pass));
+    }
+    request += per_pass;
+    row = end;
+  }
+  return tl;
+}
+
 RoutingStats routing_stats(const RoutingTrace& trace, const RoutingStatsOptions& options) {
   trace.validate("routing trace");
   RoutingStats st;

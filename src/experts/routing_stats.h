@@ -28,6 +28,22 @@ inline const std::vector<double> kCacheFractions{0.125, 0.25, 0.5, 0.75};
 CacheRequests cache_requests(const RoutingTrace& trace, const std::vector<int>& routed_layers,
                              bool row_passes, size_t first_row = 0, size_t end_row = SIZE_MAX);
 
+// A cache's hits pass by pass, for a plot over the run (route-stats --timeline): each counted
+// pass's first trace row, the experts it asked for over its layers, and how many of them each
+// policy and Belady found in memory, simulated with `slots` experts from the first pass on.
+struct CacheTimeline {
+  std::vector<std::string> policies;  // the store's policies, then "belady"
+  struct Pass {
+    size_t row = 0;
+    uint64_t requested = 0;
+    std::vector<uint64_t> hits;  // per policies entry
+  };
+  std::vector<Pass> passes;
+};
+
+struct RoutingStatsOptions;
+CacheTimeline cache_timeline(const RoutingTrace& trace, const RoutingStatsOptions& options, int slots);
+
 struct RoutingStatsOptions {
   bool row_passes = false;   // cache_requests' row_passes
   std::vector<int> slots;    // cache sizes (experts) simulated after the kCacheFractions ones

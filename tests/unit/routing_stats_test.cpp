@@ -334,6 +334,40 @@ TEST(CacheSim, APassAsksEachLayerOnceForItsRowsUnion) {
   EXPECT_THROW(routing_stats(t, o), Error);
 }
 
+// route-stats --timeline: the same passes one by one, each with its first row, the experts it
+// asked for and each policy's hits, which add up to the totals above.
+TEST(CacheSim, TimelineGivesEachPassItsHits) {
+  RoutingTrace t = one_layer(8, 2, {{0, 1}, {1, 2}, {3, 0}, {1, 3}, {1, 0}, {0, 3}});
+  t.rows[1].joins_pass = t.rows[5].joins_pass = true;
+  RoutingStatsOptions o;
+  const CacheTimeline tl = cache_timeline(t, o, 3);
+  ASSERT_EQ(tl.policies.back(), "belady");
+  const size_t lru = std::find(tl.policies.begin(), tl.policies.end(), "lru") - tl.policies.begin();
+  ASSERT_LT(lru, tl.policies.size());
+  ASSERT_EQ(tl.passes.size(), 4u);
+  std::vector<size_t> rows;
+  std::vector<uint64_t> requested, lru_hits, belady_hits;
+  for (const CacheTimeline::Pass& p : tl.passes) {
+    rows.push_back(p.row);
+    requested.push_back(p.requested);
+    lru_hits.push_back(p.hits[lru]);
+    belady_hits.push_back(p.hits.back());
+  }
+  EXPECT_EQ(rows, (std::vector<size_t>{0, 2, 3, 4}));
+  EXPECT_EQ(requested, (std::vector<uint64_t>{3, 2, 2, 3}));
+  // P0 fills the cache; then LRU hits 5 of 7 (0 of P1's, both of P2's: 1 and 3, all of P3's) and
+  // Belady 6.
+  EXPECT_EQ(lru_hits, (std::vector<uint64_t>{0, 1, 1, 3}));
+  EXPECT_EQ(belady_hits[0], 0u);
+  EXPECT_EQ(belady_hits[1] + belady_hits[2] + belady_hits[3], 6u);
+  // Counting from row 2 keeps the cache simulated from row 0 and lists the passes from P1 on.
+  o.first_row = 2;
+  const CacheTimeline from = cache_timeline(t, o, 3);
+  ASSERT_EQ(from.passes.size(), 3u);
+  EXPECT_EQ(from.passes[0].row, 2u);
+  EXPECT_EQ(from.passes[0].hits, tl.passes[1].hits);
+}
+
 // A request larger than the cache (a prompt pass's union) recycles the slot of its own expert
 // handed out first, as the store does: [0,1,2] in 2 slots leaves 1 and 2.
 TEST(CacheSim, ARequestLargerThanTheCacheRecyclesItsFirstExpert) {
