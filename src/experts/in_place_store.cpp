@@ -11,9 +11,23 @@
 #include "core/error.h"
 #include "experts/expert_store.h"
 
+#ifndef MADV_PAGEOUT
+#define MADV_PAGEOUT 21  // Linux 5.4
+#endif
+
 namespace sluice {
 
 namespace {
+
+// Asks the kernel to drop the pages wholly inside [data, data + n) of the model's mapping: once
+// copied, a rank's experts would otherwise stay in the page cache as well, charged to its host
+// (and cgroup) twice. Advice only; pages another process maps are kept.
+void page_out(const void* data, uint64_t n) {
+  constexpr uintptr_t kPage = 4096;
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + kPage - 1) & ~(kPage - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + n) & ~(kPage - 1);
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_PAGEOUT);
+}
 
 class InPlaceStore final : public ExpertStore {
  public:
@@ -60,6 +74,7 @@ class InPlaceStore final : public ExpertStore {
     std::byte* at = base;
     auto copy = [&](const void* from, uint64_t bytes) {
       std::memcpy(at, from, bytes);
+      page_out(from, bytes);
       const std::byte* to = at;
       at += padded(bytes);
       return to;
