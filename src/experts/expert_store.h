@@ -108,7 +108,8 @@ std::unique_ptr<ExpertStore> make_in_place_store(const ExpertLayout& layout, std
 // (any other expert is read in place). Faulting in only a rank's own slices of the file mapping
 // leaves them in 4 KiB pages, interleaved with the other ranks' slices, where a whole tensor read
 // at once gets 2 MiB mappings; the TLB misses made a rank's experts about 1.5× slower per expert
-// on the 16-layer preset. The copy holds exactly the rank's share, so its memory is unchanged.
+// on the 16-layer preset. The copy holds exactly the rank's share, so its memory is unchanged; it
+// costs load time (the fresh pages are zeroed, then filled).
 std::unique_ptr<ExpertStore> make_packed_store(const ExpertLayout& layout,
                                                std::span<const uint8_t> owned, std::string mode);
 

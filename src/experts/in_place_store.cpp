@@ -11,6 +11,9 @@
 #include "core/error.h"
 #include "experts/expert_store.h"
 
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22  // Linux 5.14
+#endif
 #ifndef MADV_PAGEOUT
 #define MADV_PAGEOUT 21  // Linux 5.4
 #endif
@@ -18,6 +21,16 @@
 namespace sluice {
 
 namespace {
+
+// Faults in [data, data + n) of the model's mapping in one call (the kernel reads ahead over the
+// whole range) rather than page by page as the copy touches it (a 2-rank load of the 16-layer
+// preset: 9.0 s without, 6.3 s with; 1.9 s before the copy, most of the rest is the kernel zeroing
+// the fresh huge pages).
+void populate(const void* data, uint64_t n) {
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(data) & ~uintptr_t{4095};
+  madvise(reinterpret_cast<void*>(begin), n + (reinterpret_cast<uintptr_t>(data) - begin),
+          MADV_POPULATE_READ);
+}
 
 // Asks the kernel to drop the pages wholly inside [data, data + n) of the model's mapping: once
 // copied, a rank's experts would otherwise stay in the page cache as well, charged to its host
@@ -73,6 +86,7 @@ class InPlaceStore final : public ExpertStore {
     madvise(base, total, MADV_HUGEPAGE);
     std::byte* at = base;
     auto copy = [&](const void* from, uint64_t bytes) {
+      populate(from, bytes);
       std::memcpy(at, from, bytes);
       page_out(from, bytes);
       const std::byte* to = at;
