@@ -25,15 +25,24 @@ constexpr int kTagOrders = 3;
 constexpr int kTagSlots = 4;
 constexpr int kTagLogits = 5;
 
-// Between polls: the first few only yield the core (an expert-parallel exchange happens every
-// layer, so a fixed sleep on each would add up over a token), then a sleep short enough
-// to add little latency per step and long enough to leave the core to a rank computing on it.
+// Between polls: for the first kSpin of a wait only yield the core, then sleep kPoll per poll.
+// An expert-parallel rank waits at every layer for its peers' experts (a few ms at most, the
+// imbalance of that layer's routing), and a sleep's wake-up (about 100 µs with timer slack) at
+// each of those waits would add up over a token; a yield leaves the core at once to any other
+// process that wants it (ranks that outnumber the cores), and costs nothing otherwise. Long waits
+// (a follower waiting for the next request) sleep, leaving the core idle.
+constexpr auto kSpin = std::chrono::milliseconds(20);
 constexpr auto kPoll = std::chrono::microseconds(50);
-constexpr int kYieldPolls = 64;
-void poll_pause(int& polls) {
-  if (polls++ < kYieldPolls) std::this_thread::yield();
-  else std::this_thread::sleep_for(kPoll);
-}
+class PollPause {
+ public:
+  void operator()() {
+    if (std::chrono::steady_clock::now() - start_ < kSpin) std::this_thread::yield();
+    else std::this_thread::sleep_for(kPoll);
+  }
+
+ private:
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
 
 int env_int(const char* name) {
   const char* v = std::getenv(name);
@@ -253,7 +262,7 @@ class MpiStageLink final : public StageLink, public ExpertShard, public HeadShar
     const auto start = Clock::now();
     const auto deadline = start + std::chrono::duration<double>(timeout_);
     MPI_Status st;
-    int polls = 0;
+    PollPause pause;
     for (;;) {
       int flag = 0;
       MPI_Iprobe(from, tag, MPI_COMM_WORLD, &flag, &st);
@@ -262,13 +271,13 @@ class MpiStageLink final : public StageLink, public ExpertShard, public HeadShar
         return st;
       }
       if (Clock::now() > deadline) timed_out(from, what, "has not sent");
-      poll_pause(polls);
+      pause();
     }
   }
 
   void wait_sent(MPI_Request* req, int to, const char* what) const {
     const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_);
-    int polls = 0;
+    PollPause pause;
     for (;;) {
       int flag = 0;
       MPI_Test(req, &flag, MPI_STATUS_IGNORE);
@@ -277,7 +286,7 @@ class MpiStageLink final : public StageLink, public ExpertShard, public HeadShar
         MPI_Cancel(req);
         timed_out(to, what, "has not taken");
       }
-      poll_pause(polls);
+      pause();
     }
   }
 

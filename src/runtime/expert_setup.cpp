@@ -59,21 +59,14 @@ double owned_fraction(const Model& m, const ExpertShard* shard) {
   return all ? static_cast<double>(mine) / static_cast<double>(all) : 1.0;
 }
 
-// Faults in the slices of the experts `shard` owns (ram placement of an expert-parallel rank:
-// the others' experts are never read here, so they cost this host no memory).
-void populate_owned(const Model& m, const ExpertShard& shard) {
-  const ExpertLayout& l = m.expert_layout();
-  auto touch = [](const MatView& v) { populate(v.data, v.row_stride * v.n_out); };
-  for (int il = 0; il < static_cast<int>(l.layers.size()); ++il) {
-    if (!l.has_layer(il)) continue;
-    for (int e = 0; e < l.n_expert; ++e) {
-      if (!shard.owns(il, e)) continue;
-      const ExpertWeights w = l.in_place(il, e);
-      touch(w.gate);
-      touch(w.up);
-      touch(w.down);
-    }
-  }
+// (n_layer · n_expert): 1 where `shard` owns the expert.
+std::vector<uint8_t> owned_mask(const ExpertLayout& l, const ExpertShard& shard) {
+  std::vector<uint8_t> owned(l.layers.size() * static_cast<size_t>(l.n_expert), 0);
+  for (int il = 0; il < static_cast<int>(l.layers.size()); ++il)
+    if (l.has_layer(il))
+      for (int e = 0; e < l.n_expert; ++e)
+        owned[static_cast<size_t>(il) * l.n_expert + e] = shard.owns(il, e) ? 1 : 0;
+  return owned;
 }
 
 }  // namespace
@@ -149,7 +142,6 @@ std::unique_ptr<ExpertStore> make_expert_store(const gguf::File& file, const Mod
         ((ram && !o.expert_shard) || classify_tensor(t.name, -1, model.hparams().arch) != TensorClass::RoutedExpert) &&
         !(own_head_rows && t.name == "output.weight"))
       populate(t.data, t.nbytes);
-  if (ram && o.expert_shard) populate_owned(model, *o.expert_shard);
   if (own_head_rows) {
     const MatView h = model.head_slice();
     populate(h.data, h.row_stride * static_cast<uint64_t>(h.n_out));
@@ -159,6 +151,11 @@ std::unique_ptr<ExpertStore> make_expert_store(const gguf::File& file, const Mod
       if (mtp_reads_tensor(t.name, model.hparams().n_layer, true) &&
           (ram || classify_tensor(t.name, -1, model.hparams().arch) != TensorClass::RoutedExpert))
         populate(t.data, t.nbytes);
+  // An expert-parallel rank in RAM holds a packed copy of its own experts (make_packed_store).
+  if (ram && o.expert_shard)
+    return make_packed_store(model.expert_layout(),
+                             owned_mask(model.expert_layout(), *o.expert_shard),
+                             placement_name(plan.memory.placement));
   if (plan.memory.placement != Placement::kStream) return make_in_place_store(model.expert_layout(), placement_name(plan.memory.placement));
   StreamOptions so;
   so.cache_bytes = plan.memory.cache_bytes;
@@ -176,12 +173,7 @@ std::unique_ptr<ExpertStore> make_expert_store(const gguf::File& file, const Mod
   if (o.expert_shard) {
     // Each rank caches (and counts) only its own experts: its own profile (ranks may share a
     // host and its cache directory), and its preload never reads another rank's experts.
-    const ExpertLayout& l = model.expert_layout();
-    so.owned.assign(l.layers.size() * static_cast<size_t>(l.n_expert), 0);
-    for (int il = 0; il < static_cast<int>(l.layers.size()); ++il)
-      if (l.has_layer(il))
-        for (int e = 0; e < l.n_expert; ++e)
-          so.owned[static_cast<size_t>(il) * l.n_expert + e] = o.expert_shard->owns(il, e) ? 1 : 0;
+    so.owned = owned_mask(model.expert_layout(), *o.expert_shard);
     if (!so.heat_path.empty()) so.heat_path += fmt::format(".experts-rank{}", o.expert_shard->rank());
   }
   std::vector<std::string> parts;
