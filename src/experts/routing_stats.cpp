@@ -71,6 +71,21 @@ double share_carrying(std::vector<uint64_t> counts, double part) {
   return counts.empty() ? 0.0 : static_cast<double>(m) / counts.size();
 }
 
+// The end of the pass that starts at row r0: the rows after it that join it (each row its own
+// pass with row_passes).
+size_t pass_end(const RoutingTrace& t, size_t r0, bool row_passes) {
+  size_t r1 = r0 + 1;
+  while (!row_passes && r1 < t.n_rows() && t.rows[r1].joins_pass) ++r1;
+  return r1;
+}
+
+std::vector<int> routed_layers(const RoutingTrace& t) {
+  std::vector<int> routed;
+  for (int il = 0; il < t.n_layer; ++il)
+    if (t.layer_routed(il)) routed.push_back(il);
+  return routed;
+}
+
 void concentration(const RoutingTrace& t, RoutingStats& st) {
   for (const int il : st.routed_layers) {
     std::vector<uint64_t> counts(t.n_expert, 0);
@@ -166,8 +181,7 @@ CacheRequests cache_requests(const RoutingTrace& t, const std::vector<int>& rout
   uint32_t stamp = 0;
   std::vector<int32_t> ids;
   for (size_t r0 = 0; r0 < t.n_rows();) {
-    size_t r1 = r0 + 1;  // the pass is rows [r0, r1)
-    while (!row_passes && r1 < t.n_rows() && t.rows[r1].joins_pass) ++r1;
+    const size_t r1 = pass_end(t, r0, row_passes);  // the pass is rows [r0, r1)
     if (reqs.count_begin == SIZE_MAX && r0 >= first_row) reqs.count_begin = reqs.size();
     if (reqs.count_end == SIZE_MAX && r0 >= end_row) reqs.count_end = reqs.size();
     for (const int il : routed_layers) {
@@ -190,9 +204,7 @@ CacheRequests cache_requests(const RoutingTrace& t, const std::vector<int>& rout
 
 CacheTimeline cache_timeline(const RoutingTrace& t, const RoutingStatsOptions& o, int slots) {
   t.validate("routing trace");
-  std::vector<int> routed;
-  for (int il = 0; il < t.n_layer; ++il)
-    if (t.layer_routed(il)) routed.push_back(il);
+  const std::vector<int> routed = routed_layers(t);
   const CacheRequests reqs = cache_requests(t, routed, o.row_passes, o.first_row, o.end_row);
   CacheTimeline tl;
   std::vector<CacheSimResult> sims;
@@ -207,8 +219,7 @@ CacheTimeline cache_timeline(const RoutingTrace& t, const RoutingStatsOptions& o
   const size_t per_pass = routed.size();
   size_t row = 0, request = 0;
   while (row < t.n_rows() && request < reqs.size()) {
-    size_t end = row + 1;
-    while (!o.row_passes && end < t.n_rows() && t.rows[end].joins_pass) ++end;
+    const size_t end = pass_end(t, row, o.row_passes);
     if (request >= reqs.count_begin && request < reqs.count_end) {
       CacheTimeline::Pass pass{row, 0, std::vector<uint64_t>(sims.size(), 0)};
       for (size_t q = request; q < request + per_pass; ++q) {
@@ -230,8 +241,7 @@ RoutingStats routing_stats(const RoutingTrace& trace, const RoutingStatsOptions&
   st.n_expert = trace.n_expert;
   st.n_used = trace.n_used;
   st.layers.resize(trace.n_layer);
-  for (int il = 0; il < trace.n_layer; ++il)
-    if (trace.layer_routed(il)) st.routed_layers.push_back(il);
+  st.routed_layers = routed_layers(trace);
   if (st.routed_layers.empty() || trace.n_rows() == 0)
     fail("routing trace: no routed rows to measure ({} rows, {} routed layers)", trace.n_rows(),
          st.routed_layers.size());

@@ -16,6 +16,14 @@ constexpr double kTimeWeight = 0.25;
 constexpr double kCountDecay = 0.9;
 // One-row passes measured before the first draft: the first decode pass runs cold.
 constexpr int kWarmupPasses = 2;
+
+// E(k) = 1 + a + … + a^k: the tokens a step with k drafts yields, each draft standing with
+// probability a until the first rejection.
+double expected_tokens(double a, int k) {
+  double expected = 1, a_j = 1;
+  for (int j = 1; j <= k; ++j) expected += a_j *= a;
+  return expected;
+}
 }  // namespace
 
 void check_draft_options(const DraftOptions& o) {
@@ -62,8 +70,10 @@ double DraftPolicy::acceptance(int match) const {
   return a.accepted / (a.accepted + a.stops);
 }
 
-bool DraftPolicy::Drafter::step_known() const {
-  return std::any_of(n_step.begin(), n_step.end(), [](int n) { return n > 0; });
+int DraftPolicy::Drafter::longest() const {
+  for (int k = kMaxDraft; k > 0; --k)
+    if (n_step[k] > 0) return k;
+  return 0;
 }
 
 double DraftPolicy::cost(int match, int k) const {
@@ -88,17 +98,10 @@ std::pair<int, double> DraftPolicy::best(int match, int k_max) const {
   // At most twice the longest length measured: longer drafts are reached by doubling, each length
   // measured on the way, never on an extrapolation from one short step (whose time, within noise
   // of a one-row pass, would make every drafted row look free).
-  const Drafter& d = drafter(match);
-  int longest = 0;
-  for (int k = kMaxDraft; k > 0 && longest == 0; --k)
-    if (d.n_step[k] > 0) longest = k;
-  k_max = std::min(k_max, std::max(min_, 2 * longest));
+  k_max = std::min(k_max, std::max(min_, 2 * drafter(match).longest()));
   std::pair<int, double> best{0, 0.0};
-  double expected = 1, a_k = 1;  // E(k) and a^k
   for (int k = 1; k <= k_max; ++k) {
-    a_k *= a;
-    expected += a_k;
-    const double gain = expected / cost(match, k);
+    const double gain = expected_tokens(a, k) / cost(match, k);
     if (k >= min_ && gain > kMinGain && gain > best.second) best = {k, gain};
   }
   return best;
@@ -109,10 +112,7 @@ double DraftPolicy::expected_loss(int match, int k) const {
   // Before its first step: lookup's drafts cost only their verified rows, while an MTP draft runs
   // the block and its head besides (and first catches up on the context): about a pass more.
   if (!d.step_known()) return match == kMtpMatch ? t0_ : 0.0;
-  const double a = acceptance(match);
-  double expected = 1, a_k = 1;  // E(k)
-  for (int j = 1; j <= k; ++j) expected += a_k *= a;
-  return t0_ * std::max(0.0, cost(match, k) - expected);
+  return t0_ * std::max(0.0, cost(match, k) - expected_tokens(acceptance(match), k));
 }
 
 int DraftPolicy::choose(int match, int available) {

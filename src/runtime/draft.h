@@ -119,7 +119,8 @@ class DraftPolicy {
     int probe_every = 1;
     int probe_k = 1;  // drafts of the next probe
     double loss = 0;  // seconds its probes lost against plain passes
-    bool step_known() const;  // a step with drafts has been measured
+    int longest() const;  // the longest length whose steps were measured (0: none)
+    bool step_known() const { return longest() > 0; }  // a step with drafts has been measured
   };
   DraftOptions options_;
   int min_;  // options_.min, at least 1
