@@ -46,6 +46,11 @@ constexpr int32_t kSegment = 256;
 // Key rows whose addresses (and dequantized values) are gathered per kernel call: 32 f32 rows of
 // 128 dims are 16 KB, which stay in L1 while every query of the item uses them.
 constexpr int32_t kRun = 32;
+// The run of a one-token item, which requests the next run while it computes this one: 16 whole
+// f16 rows of 4 KV heads (16 KB) and the 16 requested fit a 48 KB L1 together, where two runs of 32
+// did not, and the requested lines evicted the ones in use (decode at 16k, f16: 2.2-2.5 ms a layer
+// with runs of 32 requested at once, 1.5-1.9 with runs of 16 requested as below).
+constexpr int32_t kPrefetchedRun = 16;
 // Most tokens per item: their queries and a key run fit L1 together; more tokens would also make
 // fewer items than threads can balance.
 constexpr int64_t kMaxBlockTokens = 8;
@@ -105,6 +110,21 @@ T* sized(std::vector<T>& v, size_t n) {
   if (v.size() < n) v.resize(n);
   return v.data();
 }
+
+// A contiguous range of cache lines to request, a share at a time.
+struct Ahead {
+  const std::byte* p = nullptr;
+  const std::byte* end = nullptr;
+  uint64_t lines = 0;  // the whole range's
+  Ahead() = default;
+  Ahead(const std::byte* first, const std::byte* last)
+      : p(first), end(last), lines(static_cast<uint64_t>(last - first + 63) / 64) {}
+  // Requests the next 1/parts of the range (the remainder with the last share).
+  void issue_share(int parts) {
+    for (uint64_t n = (lines + parts - 1) / parts; n > 0 && p < end; --n, p += 64)
+      __builtin_prefetch(p);
+  }
+};
 
 // Query heads [h0, h0 + nh) of KV head kvh.
 struct Group {
@@ -190,13 +210,18 @@ class Attender {
     // once, and read whole (all the item's KV heads) while they sit in L1.
     // Scores, key runs shared by every token and head of the item: each run's rows are located
     // once, and read whole (all the item's KV heads) while they sit in L1.
+    const int32_t run = it.nb > 1 ? kRun : kPrefetchedRun;
+    const Span next_keys{s1, std::min(s1 + kSegment, last_position(it) + 1)};
     const std::byte* rows[kRun];
     const std::byte* krows[kRun];
-    for (int32_t a = all.k0; a < all.k1; a += kRun) {
-      const int n = std::min(kRun, all.k1 - a);
+    for (int32_t a = all.k0; a < all.k1; a += run) {
+      const int n = std::min(run, all.k1 - a);
       for (int i = 0; i < n; ++i) rows[i] = kv_.k_row(seq, layer_, a + i);
-      prefetch_run(seq, a + kRun, all.k1, false, it, kvh0, kvh1);
+      // The last key run requests the first value run.
+      Ahead ahead = a + run < all.k1 ? request_run(seq, {a + run, all.k1}, run, false, it, kvh0, kvh1)
+                                     : request_run(seq, all, run, true, it, kvh0, kvh1);
       for (int gi = 0; gi < it.ng; ++gi) {
+        ahead.issue_share(it.ng);
         const Group gr = group(it.g0 + gi);
         for (int i = 0; i < n; ++i) krows[i] = rows[i] + gr.kvh * k_head_;
         for (int b = 0; b < it.nb; ++b) {
@@ -229,12 +254,17 @@ class Attender {
     // value_sums, the others widened inside vsums_stored_).
     const std::byte* vraw[kRun];
     const float* vrows[kRun];
-    for (int32_t a = all.k0; a < all.k1; a += kRun) {
-      const int n = std::min(kRun, all.k1 - a);
+    for (int32_t a = all.k0; a < all.k1; a += run) {
+      const int n = std::min(run, all.k1 - a);
       for (int i = 0; i < n; ++i)
         rows[i] = p_.values_in_keys ? kv_.k_row(seq, layer_, a + i) : kv_.v_row(seq, layer_, a + i);
-      prefetch_run(seq, a + kRun, all.k1, true, it, kvh0, kvh1);
+      // The last value run requests the next segment's first key run: a thread's items are
+      // consecutive segments (ThreadPool::parallel_for hands out ranges), so that is usually its
+      // next item; one run per range is read in vain.
+      Ahead ahead = a + run < all.k1 ? request_run(seq, {a + run, all.k1}, run, true, it, kvh0, kvh1)
+                                     : request_run(seq, next_keys, run, false, it, kvh0, kvh1);
       for (int gi = 0; gi < it.ng; ++gi) {
+        ahead.issue_share(it.ng);
         const Group gr = group(it.g0 + gi);
         for (int i = 0; i < n; ++i) {
           vraw[i] = rows[i] + gr.kvh * v_head_;
@@ -301,18 +331,28 @@ class Attender {
 
   float sink(int h) const { return p_.sinks ? p_.sinks[h] : -INFINITY; }
 
+  // The last position any token of the item reads.
+  int32_t last_position(const Item& it) const {
+    int32_t hi = 0;
+    for (int b = 0; b < it.nb; ++b) hi = std::max(hi, pos_[it.t0 + b]);
+    return hi;
+  }
+
  private:
-  // Asks for KV heads [kvh0, kvh1) of the next run's rows [a, min(a + kRun, end)) while this run
-  // is computed. Decode at depth is bound by these reads, and an item that holds fewer than all KV
-  // heads reads a slice of each row, a stride the hardware prefetchers follow poorly. A block of
-  // several tokens (prefill) instead reuses each row for all its tokens and finds it in L2/L3,
-  // since the blocks before it read the same rows: it skips this (measured: ~11 % of a prefill at
-  // depth went to these requests). Rows of a run lie in one allocation block unless a ring wraps
-  // (segments and runs align with KvCache::kBlock), so the run is usually one contiguous range.
-  void prefetch_run(int seq, int32_t a, int32_t end, bool values, const Item& it, int kvh0,
+  // Asks for KV heads [kvh0, kvh1) of the rows [sp.k0, min(sp.k0 + run, sp.k1)) of the keys or
+  // values, to be read while the current run is computed. Decode at depth is bound by these reads,
+  // and an item that holds fewer than all KV heads reads a slice of each row, a stride the hardware
+  // prefetchers follow poorly. A block of several tokens (prefill) instead reuses each row for all
+  // its tokens and finds it in L2/L3, since the blocks before it read the same rows: it skips this
+  // (measured: ~11 % of a prefill at depth went to these requests). Rows of a run lie in one
+  // allocation block unless a ring wraps (segments and runs align with KvCache::kBlock), so the run
+  // is usually one contiguous range: that is returned, to be requested a share at a time between
+  // the run's kernel calls (requested at once, the lines fill the load queues and the kernels
+  // stall behind them). Other runs are requested here.
+  Ahead request_run(int seq, Span sp, int32_t run, bool values, const Item& it, int kvh0,
                     int kvh1) const {
-    const int32_t e = std::min(a + kRun, end);
-    if (it.nb > 1 || a >= e) return;
+    const int32_t a = sp.k0, e = std::min(sp.k0 + run, sp.k1);
+    if (it.nb > 1 || a >= e) return {};
     const bool v = values && !p_.values_in_keys;
     const uint64_t head = v ? v_head_ : k_head_;
     const uint64_t bytes =
@@ -323,14 +363,12 @@ class Attender {
     const std::byte* first = row(a);
     const std::byte* last = row(e - 1);
     const uint64_t stride = p_.n_head_kv * head;
-    if (bytes == stride && last == first + (e - 1 - a) * stride) {
-      for (const std::byte* p = first; p < last + stride; p += 64) __builtin_prefetch(p);
-      return;
-    }
+    if (bytes == stride && last == first + (e - 1 - a) * stride) return {first, last + stride};
     for (int32_t k = a; k < e; ++k) {
       const std::byte* r = row(k);
       for (uint64_t off = 0; off < bytes; off += 64) __builtin_prefetch(r + off);
     }
+    return {};
   }
 
   const AttentionParams& p_;

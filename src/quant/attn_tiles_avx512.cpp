@@ -7,6 +7,7 @@
 // (tails through masked lanes).
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -258,7 +259,73 @@ void value_sums(int64_t dim, const Row* v_rows, int n_keys, const float* w, int6
   });
 }
 
+// avx2::exp_nonpositive on 16 lanes: the same operations lane by lane, so every weight is equal.
+__m512 exp_nonpositive(__m512 x) {
+  const __m512 lo = _mm512_set1_ps(-87.0f);
+  const __mmask16 too_small = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+  x = _mm512_max_ps(x, lo);
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  const __m512i e =
+      _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  return _mm512_maskz_mul_ps(static_cast<__mmask16>(~too_small), p, _mm512_castsi512_ps(e));
+}
+
 }  // namespace
+
+// 16 scores at a time; the exp-sum is accumulated 8 lanes wide, each vector's low half before its
+// high half, which is avx2::exp_scores's order (a padded tail adds exact zeros), so both sets
+// return the same weights and sum bit for bit.
+float exp_scores(float* s, int64_t n, float scale, float* max) {
+  const __m512 sc = _mm512_set1_ps(scale);
+  __m512 vm = _mm512_set1_ps(-INFINITY);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 x = _mm512_mul_ps(_mm512_loadu_ps(s + i), sc);
+    _mm512_storeu_ps(s + i, x);
+    vm = _mm512_max_ps(vm, x);
+  }
+  if (i < n) {
+    const __mmask16 m = tail_mask(n - i);
+    const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, s + i), sc);
+    _mm512_mask_storeu_ps(s + i, m, x);
+    vm = _mm512_mask_max_ps(vm, m, vm, x);
+  }
+  const float mx = _mm512_reduce_max_ps(vm);
+  const __m512 vmx = _mm512_set1_ps(mx);
+  __m256 acc = _mm256_setzero_ps();
+  auto add = [&acc](__m512 e) {
+    acc = _mm256_add_ps(acc, _mm512_castps512_ps256(e));
+    acc = _mm256_add_ps(acc, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1)));
+  };
+  i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 e = exp_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(s + i), vmx));
+    _mm512_storeu_ps(s + i, e);
+    add(e);
+  }
+  if (i < n) {
+    const __mmask16 m = tail_mask(n - i);
+    const __m512 x = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), m, s + i);
+    const __m512 e = exp_nonpositive(_mm512_sub_ps(x, vmx));
+    _mm512_mask_storeu_ps(s + i, m, e);
+    add(e);
+  }
+  __m128 r = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+  r = _mm_add_ss(r, _mm_movehdup_ps(r));
+  *max = mx;
+  return _mm_cvtss_f32(r);
+}
 
 void key_scores_f32(int64_t dim, const std::byte* const* k_rows, int n_keys, const float* q,
                     int64_t q_stride, int n_q, float* scores, int64_t s_stride) {

@@ -289,7 +289,7 @@ AttentionTiles attention_tiles(GgmlType key_storage, Isa isa) {
   const bool simd = isa >= Isa::Avx2, wide = isa >= Isa::Avx512;
   AttentionTiles t;
   t.value_sums = wide ? avx512::value_sums : simd ? avx2::value_sums : scalar::value_sums;
-  t.exp_scores = simd ? avx2::exp_scores : scalar::exp_scores;
+  t.exp_scores = wide ? avx512::exp_scores : simd ? avx2::exp_scores : scalar::exp_scores;
   switch (key_storage) {
     case GgmlType::F32:
       t.key_scores = wide   ? avx512::key_scores_f32

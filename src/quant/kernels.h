@@ -239,7 +239,9 @@ void vec_dot_f32_multi(int64_t n, const void* w, const void* x, uint64_t x_strid
                        float* out);
 void vec_dot_f16_multi(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x,
                        float* out);
-// Attention tiles (attn_tiles_avx512.cpp), 16 lanes; value sums equal the AVX2 ones exactly.
+// Attention tiles (attn_tiles_avx512.cpp), 16 lanes; value sums and softmax numerators equal the
+// AVX2 ones exactly.
+float exp_scores(float* s, int64_t n, float scale, float* max);
 void key_scores_f32(int64_t dim, const std::byte* const* k_rows, int n_keys, const float* q,
                     int64_t q_stride, int n_q, float* scores, int64_t s_stride);
 void key_scores_f16(int64_t dim, const std::byte* const* k_rows, int n_keys, const float* q,

@@ -177,6 +177,27 @@ TEST(AttentionTiles, ExpScoresMatchScalar) {
       }
 }
 
+// The AVX-512 numerators are the AVX2 ones bit for bit (same lane operations, same sum order), so
+// a token's attention does not depend on which of the two sets a machine has.
+TEST(AttentionTiles, ExpScoresEqualAcrossSimdSets) {
+  if (simd_sets().size() < 2) GTEST_SKIP() << "needs AVX2 and AVX-512";
+  std::mt19937 rng(17);
+  for (float spread : {0.5f, 4.0f, 90.0f})
+    for (int n : {1, 7, 8, 9, 15, 16, 17, 24, 31, 256, 263}) {
+      std::normal_distribution<float> nd(0.0f, spread);
+      std::vector<float> a(n);
+      for (float& x : a) x = nd(rng);
+      std::vector<float> b = a;
+      float ma = 0, mb = 0;
+      const float sa = attention_tiles(GgmlType::F32, Isa::Avx2).exp_scores(a.data(), n, 0.7f, &ma);
+      const float sb =
+          attention_tiles(GgmlType::F32, Isa::Avx512).exp_scores(b.data(), n, 0.7f, &mb);
+      EXPECT_EQ(ma, mb);
+      EXPECT_EQ(sa, sb) << "n " << n << " spread " << spread;
+      EXPECT_EQ(a, b) << "n " << n << " spread " << spread;
+    }
+}
+
 TEST(AttentionTiles, OtherTypesHaveNoTileKernel) {
   EXPECT_EQ(attention_tiles(GgmlType::Q4_K, Isa::Scalar).key_scores, nullptr);
   EXPECT_EQ(stored_value_sums(GgmlType::Q4_K, Isa::Scalar), nullptr);
