@@ -196,14 +196,31 @@ const KvCache::Seq* KvCache::find(int seq) const {
 
 void KvCache::allocate(Seq& s, int n) {
   const size_t n_blocks = (static_cast<size_t>(n) + kBlock - 1) / kBlock;
+  auto bytes = [&](int l, uint64_t rows) {
+    return align_up(align_up(rows * layout_.k_row_bytes(l)) + rows * layout_.v_row_bytes(l));
+  };
+  uint64_t step = 0;  // one block of every blocked layer
+  int first = -1;     // the first blocked layer (they all grow together)
   for (int l = 0; l < n_layer(); ++l) {
-    auto& bl = s.blocks[l];
-    const uint64_t kb = layout_.k_row_bytes(l), vb = layout_.v_row_bytes(l);
     if (const int ring = layout_.ring_slots(l)) {
-      if (bl.empty()) bl.emplace_back(new std::byte[align_up(ring * kb) + ring * vb]);
-      continue;
+      if (s.blocks[l].empty()) {
+        s.memory.emplace_back(bytes(l, ring), "KV cache");
+        s.blocks[l].push_back(s.memory.back().data());
+      }
+    } else {
+      step += bytes(l, kBlock);
+      if (first < 0) first = l;
     }
-    while (bl.size() < n_blocks) bl.emplace_back(new std::byte[align_up(kBlock * kb) + kBlock * vb]);
+  }
+  if (first < 0) return;
+  while (s.blocks[first].size() < n_blocks) {
+    s.memory.emplace_back(step, "KV cache");
+    std::byte* at = s.memory.back().data();
+    for (int l = 0; l < n_layer(); ++l) {
+      if (layout_.ring_slots(l)) continue;
+      s.blocks[l].push_back(at);
+      at += bytes(l, kBlock);
+    }
   }
 }
 
@@ -287,7 +304,7 @@ std::byte* KvCache::row(int seq, int layer, int pos, bool value) const {
   const Seq& s = *seqs_[seq];
   const RowGeometry& g = geometry_[layer];
   const int slot = g.ring ? pos % g.ring : pos % kBlock;
-  std::byte* base = s.blocks[layer][g.ring ? 0 : pos / kBlock].get();
+  std::byte* base = s.blocks[layer][g.ring ? 0 : pos / kBlock];
   return value ? base + g.v_offset + slot * g.v_bytes : base + slot * g.k_bytes;
 }
 

@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "core/huge_pages.h"
+
 #include "quant/types.h"
 #include "sluice/types.h"
 
@@ -135,7 +137,8 @@ class KvCache {
     int length = 0;
     // blocks[layer]: kBlock key rows then kBlock value rows each; rings: one allocation of
     // ring_slots key rows then as many value rows.
-    std::vector<std::vector<std::unique_ptr<std::byte[]>>> blocks;
+    std::vector<std::vector<std::byte*>> blocks;
+    std::vector<HugePageBuffer> memory;  // what blocks point into
     // Rings: the lowest position whose rows are still held, per layer (0 for other layers).
     std::vector<int> ring_lo;
   };
