@@ -38,7 +38,7 @@ PipelinePlan pipeline_plan(const ModelFlags& f, const std::vector<HostFacts>& ho
 // --split-mode experts, every rank's link and expert shard instead.
 void apply_pipeline(const ModelFlags& f, EngineOptions& o);
 // Whether host `rank`, holding the share `held` (0 to 1) of the routed experts, keeps them all in
-// RAM under its budget.
+// RAM under its budget with a margin to spare beyond the planner's own.
 using HeldFits = std::function<bool(int rank, double held)>;
 // The planner's answer for `hosts` (each with its budget; `req` the run's context and --experts;
 // a forced stream or mmap holds no replicas). `file` must outlive the function.
