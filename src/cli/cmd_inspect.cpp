@@ -283,33 +283,35 @@ void print_pipeline(const gguf::File& file, const ModelReport& report, const Siz
 }
 
 // --plan N --experts-split: every host holds the resident weights (of an untied output head only
-// its rows) and a KV cache, and its share of each layer's routed experts (placed as
-// `--split-mode experts` places them), planned under its own budget.
+// its rows) and a KV cache, and its share of each layer's routed experts and its replicas (placed
+// as `--split-mode experts` places them), planned under its own budget.
 void print_expert_split(const gguf::File& file, const std::string& path, const ModelReport& report,
-                        const SizingOptions& opts, int n) {
+                        const SizingOptions& opts, int n, int replicas) {
   const std::vector<HostFacts> hosts = plan_hosts(file, opts, n);
-  std::string how;
-  const ExpertPlacement placement = plan_expert_split(file, path, n, &how);
-  if (pipeline_rank() != 0) return;
   PlanRequest req;
   req.n_ctx = report.kv.ctx;
   req.n_slots = opts.slots;
+  std::string how;
+  const ExpertPlacement placement =
+      plan_expert_split(file, path, n, replicas, experts_in_ram(file, opts.kv, req, hosts), &how);
+  if (pipeline_rank() != 0) return;
   const MemoryFacts all = memory_facts(file, opts.kv, req.n_ctx);
   fmt::print("expert-parallel plan, {} hosts (each runs every layer and its share of the experts), experts {}\n", n, how);
-  fmt::print("| rank | host | budget | experts | resident | routed share | KV | experts placed | cache |\n");
-  fmt::print("|---|---|---|---|---|---|---|---|---|\n");
+  fmt::print("| rank | host | budget | experts | replicas | resident | routed held | KV | experts placed | cache |\n");
+  fmt::print("|---|---|---|---|---|---|---|---|---|---|\n");
   bool ok = true;
   for (int r = 0; r < n; ++r) {
     MemoryFacts facts = all;
-    facts.routed_bytes = static_cast<uint64_t>(static_cast<double>(all.routed_bytes) * placement.owned_fraction(r));
+    facts.routed_bytes = static_cast<uint64_t>(static_cast<double>(all.routed_bytes) * placement.held_fraction(r));
     facts.resident_bytes -= unread_head_bytes(file, r, n);
     req.budget = hosts[r].budget;
     const MemoryPlan m = plan_memory(facts, req);
     ok = ok && m.ok;
-    fmt::print("| {} | {} | {} ({}) | {} ({:.1f} %) | {} | {} | {} | {} | {} |\n", r, hosts[r].host,
+    fmt::print("| {} | {} | {} ({}) | {} ({:.1f} %) | {} | {} | {} ({:.1f} %) | {} | {} | {} |\n", r, hosts[r].host,
                format_bytes(hosts[r].budget.bytes), hosts[r].budget.source, placement.owned(r),
-               100.0 * placement.owned_fraction(r), format_bytes(facts.resident_bytes), format_bytes(facts.routed_bytes),
-               format_bytes(m.kv_bytes), m.ok ? placement_name(m.placement) : "does not fit", format_bytes(m.cache_bytes));
+               100.0 * placement.owned_fraction(r), placement.replicated(r), format_bytes(facts.resident_bytes),
+               format_bytes(facts.routed_bytes), 100.0 * placement.held_fraction(r), format_bytes(m.kv_bytes),
+               m.ok ? placement_name(m.placement) : "does not fit", format_bytes(m.cache_bytes));
   }
   if (!ok) fail("expert-parallel plan: some host cannot hold the resident weights and its KV cache");
 }
@@ -343,6 +345,12 @@ int cmd_inspect(int argc, char** argv) {
   bool experts_split = false;
   app.add_flag("--experts-split", experts_split,
                "with --plan N: plan --split-mode experts (each host runs every layer and holds its share of the experts)");
+  std::string replicas_text = "auto";
+  app.add_option("--expert-replicas", replicas_text,
+                 "with --experts-split: replicas of the hottest experts per layer on each host "
+                 "(0: none), or auto (as --split-mode experts chooses them)")
+      ->check(expert_replicas())
+      ->capture_default_str();
   app.add_flag("--json", json, "print JSON instead of tables");
   app.add_flag("--metadata", metadata, "also list every metadata key");
   SLUICE_PARSE(app, argc, argv);
@@ -364,9 +372,12 @@ int cmd_inspect(int argc, char** argv) {
   }
   const ModelReport report = analyze_model(*file, opts);
   if (experts_split && plan_stages < 2) fail("--experts-split needs --plan N with N of at least 2");
+  const int replicas = parse_expert_replicas(replicas_text);
+  if (replicas != kAutoReplicas && !experts_split)
+    fail("--expert-replicas {} needs --plan N --experts-split", replicas_text);
   if (plan_stages > 0 && experts_split) {
     if (inspected.remote) fail("--experts-split plans a local file (it reads the file's expert layout and heat profile)");
-    print_expert_split(*file, path, report, opts, plan_stages);
+    print_expert_split(*file, path, report, opts, plan_stages, replicas);
     return 0;
   }
   if (plan_stages > 0) {

@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -88,6 +89,35 @@ CLI::Validator byte_size() {
 
 namespace {
 
+// -2: not auto nor a count.
+int replicas_of(const std::string& text) {
+  if (text == "auto") return kAutoReplicas;
+  int n = -1;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  if (ec != std::errc() || end != text.data() + text.size() || n < 0 || n > (1 << 20)) return -2;
+  return n;
+}
+
+std::string replicas_error(const std::string& text) {
+  return fmt::format("'{}' is neither auto nor a count of experts per layer (0: none)", text);
+}
+
+}  // namespace
+
+int parse_expert_replicas(const std::string& text) {
+  const int n = replicas_of(text);
+  if (n == -2) fail("--expert-replicas: {}", replicas_error(text));
+  return n;
+}
+
+CLI::Validator expert_replicas() {
+  return CLI::Validator(
+      [](const std::string& s) { return replicas_of(s) == -2 ? replicas_error(s) : std::string(); },
+      "N|auto");
+}
+
+namespace {
+
 // llama.cpp's spellings (cli/flag_spellings.cpp rewrites -ngl, -fa, -ub, -tb, -ot to these).
 void add_llama_flags(CLI::App& app, ModelFlags& f) {
   const char* const group = "llama.cpp compatibility";
@@ -157,6 +187,12 @@ void add_model_flags(CLI::App& app, ModelFlags& f) {
                  "experts (each runs every layer and computes its share of each layer's routed "
                  "experts)")
       ->check(CLI::IsMember({"layer", "experts"}))->capture_default_str();
+  app.add_option("--expert-replicas", f.expert_replicas,
+                 "--split-mode experts: copies of the hottest experts each process holds beside its "
+                 "own, per layer (0: none), or auto (up to an eighth of a layer's experts where "
+                 "every host's budget keeps them in RAM)")
+      ->check(expert_replicas())
+      ->capture_default_str();
   app.add_option("--stages", f.stages, "pipeline (mpirun -np N): each stage's layers, e.g. 0:8,8:16 (default: planned)");
   app.add_option("--stage-timeout", f.stage_timeout, "pipeline: seconds to wait for a neighbouring stage before failing")
       ->check(CLI::Range(0.1, 1e6))->capture_default_str();

@@ -33,6 +33,7 @@ struct ModelFlags {
   std::string cache_type_k = "f32", cache_type_v = "f32";  // -ctk / -ctv
   std::string stages;          // --stages A:B,C:D (pipeline)
   std::string split_mode = "layer";  // --split-mode layer|experts (mpirun -np N)
+  std::string expert_replicas = "auto";  // --expert-replicas N|auto (--split-mode experts)
   double stage_timeout = 60;   // --stage-timeout seconds
   std::string routing_trace;   // --routing-trace FILE (run, bench, perplexity, serve)
   std::string replay_routing;  // --replay-routing FILE (bench)
@@ -59,6 +60,10 @@ void add_model_flags(CLI::App& app, ModelFlags& f);
 void add_model_option(CLI::App& app, std::string& path, bool urls = false);
 // A byte-size flag value ("4GB", "512MiB", bytes): a bad one is an argument error (exit 2).
 CLI::Validator byte_size();
+// --expert-replicas: a count of experts per layer, or auto (kAutoReplicas).
+inline constexpr int kAutoReplicas = -1;
+int parse_expert_replicas(const std::string& text);
+CLI::Validator expert_replicas();
 void add_sampling_flags(CLI::App& app, SamplingOptions& s);
 // --routing-trace FILE: write every evaluated row's expert choice (EngineOptions::routing_trace).
 void add_routing_trace_flag(CLI::App& app, ModelFlags& f);

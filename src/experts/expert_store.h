@@ -104,13 +104,13 @@ class ExpertStore {
 // Experts read in place from the model's memory (RAM or the OS page cache of the mmap).
 std::unique_ptr<ExpertStore> make_in_place_store(const ExpertLayout& layout, std::string mode);
 // An expert-parallel rank's experts in RAM: the experts `owned` selects ((n_layer · n_expert),
-// nonzero: this process's) are copied into one buffer of 2 MiB pages and handed out from there
+// nonzero: the experts this process holds, its own and its replicas) are copied into one buffer of 2 MiB pages and handed out from there
 // (any other expert is read in place). Faulting in only a rank's own slices of the file mapping
 // leaves them in 4 KiB pages, interleaved with the other ranks' slices, where a whole tensor read
 // at once gets 2 MiB mappings; the TLB misses made a rank's experts about 1.5× slower per expert
 // on the 16-layer preset. The copy holds exactly the rank's share, so its memory is unchanged; it
 // costs load time (the fresh pages are zeroed, then filled).
 std::unique_ptr<ExpertStore> make_packed_store(const ExpertLayout& layout,
-                                               std::span<const uint8_t> owned, std::string mode);
+                                               std::span<const uint8_t> held, std::string mode);
 
 }  // namespace sluice

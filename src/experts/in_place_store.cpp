@@ -1,6 +1,6 @@
 // In-place expert store: every expert is "ready" at once because its bytes are addressable
 // memory (loaded copies or the mmap). Used for --experts ram and --experts mmap, and, packed into
-// one buffer of huge pages, for an expert-parallel rank's own experts in RAM.
+// one buffer of huge pages, for an expert-parallel rank's own experts and replicas in RAM.
 #include <fmt/format.h>
 #include <sys/mman.h>
 
@@ -52,18 +52,18 @@ class InPlaceStore final : public ExpertStore {
   InPlaceStore(const InPlaceStore&) = delete;
   InPlaceStore& operator=(const InPlaceStore&) = delete;
 
-  // Copies the experts `owned` selects ((n_layer · n_expert), nonzero: copy) into one anonymous
+  // Copies the experts `held` selects ((n_layer · n_expert), nonzero: copy) into one anonymous
   // buffer aligned to and advised for 2 MiB pages, and hands those copies out from then on.
-  void pack(std::span<const uint8_t> owned) {
+  void pack(std::span<const uint8_t> held) {
     const size_t n = layout_.layers.size() * static_cast<size_t>(layout_.n_expert);
-    if (owned.size() != n) fail("internal: an ownership mask of {} experts for {}", owned.size(), n);
+    if (held.size() != n) fail("internal: a held-experts mask of {} experts for {}", held.size(), n);
     auto matrix_bytes = [](const MatView& v) { return v.row_stride * static_cast<uint64_t>(v.n_out); };
     // Each part starts on a 64-byte boundary, as a tensor in the file does.
     auto padded = [](uint64_t b) { return (b + 63) & ~uint64_t{63}; };
     auto bias_bytes = [](const MatView& v, const float* b) { return b ? v.n_out * sizeof(float) : 0; };
     uint64_t total = 0;
     for (size_t i = 0; i < n; ++i) {
-      if (!owned[i]) continue;
+      if (!held[i]) continue;
       const ExpertWeights w = layout_.in_place(static_cast<int>(i / layout_.n_expert),
                                                static_cast<int>(i % layout_.n_expert));
       total += padded(matrix_bytes(w.gate)) + padded(matrix_bytes(w.up)) +
@@ -95,7 +95,7 @@ class InPlaceStore final : public ExpertStore {
     };
     packed_.assign(n, ExpertWeights{});
     for (size_t i = 0; i < n; ++i) {
-      if (!owned[i]) continue;
+      if (!held[i]) continue;
       const ExpertWeights w = layout_.in_place(static_cast<int>(i / layout_.n_expert),
                                                static_cast<int>(i % layout_.n_expert));
       ExpertWeights& c = packed_[i];
@@ -111,7 +111,7 @@ class InPlaceStore final : public ExpertStore {
       c.down_bias = copy_bias(w.down, w.down_bias);
     }
     packed_bytes_ = total;
-    n_packed_ = static_cast<int64_t>(std::count_if(owned.begin(), owned.end(), [](uint8_t o) { return o != 0; }));
+    n_packed_ = static_cast<int64_t>(std::count_if(held.begin(), held.end(), [](uint8_t o) { return o != 0; }));
   }
 
   void begin(int il, std::span<const int32_t> ids) override {
@@ -175,9 +175,9 @@ std::unique_ptr<ExpertStore> make_in_place_store(const ExpertLayout& layout, std
 }
 
 std::unique_ptr<ExpertStore> make_packed_store(const ExpertLayout& layout,
-                                               std::span<const uint8_t> owned, std::string mode) {
+                                               std::span<const uint8_t> held, std::string mode) {
   auto store = std::make_unique<InPlaceStore>(layout, std::move(mode));
-  store->pack(owned);
+  store->pack(held);
   return store;
 }
 

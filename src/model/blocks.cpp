@@ -315,10 +315,15 @@ void moe_experts(ForwardContext& ctx, int il, const int32_t* ids, const float* w
   std::vector<int32_t> experts;
   std::vector<std::vector<int32_t>> rows_of;  // parallel to experts: token·n_used + slot
   std::vector<int32_t> where(1, -1);
+  // Expert parallel: the process computing each slot (this one, or another that fills it).
+  const std::span<const int16_t> slot_rank =
+      ctx.shard ? ctx.shard->assign(il, std::span<const int32_t>(ids, n_tok * n_used), n_used,
+                                    ctx.ffn_rows)
+                : std::span<const int16_t>();
   for (int64_t i = 0; i < n_tok * n_used; ++i) {
     if (ctx.ffn_rows && !ctx.ffn_rows[i / n_used]) continue;
     const int32_t e = ids[i];
-    if (ctx.shard && !ctx.shard->owns(il, e)) continue;  // its owner fills the slot
+    if (ctx.shard && slot_rank[i] != ctx.shard->rank()) continue;  // another process fills it
     if (e >= static_cast<int32_t>(where.size())) where.resize(e + 1, -1);
     if (where[e] < 0) {
       where[e] = static_cast<int32_t>(experts.size());
@@ -364,8 +369,7 @@ void moe_experts(ForwardContext& ctx, int il, const int32_t* ids, const float* w
     n_embd = ctx.n_embd;
     const auto slots_size = static_cast<size_t>(n_tok * n_used * n_embd);
     if (slot_out.size() < slots_size) slot_out.resize(slots_size);
-    ctx.shard->exchange(il, std::span<const int32_t>(ids, n_tok * n_used), n_used, ctx.ffn_rows,
-                        n_embd, slot_out.data());
+    ctx.shard->exchange(il, slot_rank, n_embd, slot_out.data());
   }
   if (n_embd == 0) fail("internal: layer {} routed no tokens to any expert", il);
   ctx.pool.parallel_for(n_tok, [&](int64_t t0, int64_t t1) {

@@ -73,9 +73,9 @@ struct ForwardContext {
   int64_t n_embd = 0;  // width of a routed expert's input and output
   void issue_lookahead() {
     if (lookahead.il < 0) return;
-    // Only this process's experts are worth reading here; the owners prefetch their own.
+    // Only the experts this process holds are worth reading here; the others prefetch theirs.
     if (shard)
-      std::erase_if(lookahead.ids, [&](int32_t e) { return !shard->owns(lookahead.il, e); });
+      std::erase_if(lookahead.ids, [&](int32_t e) { return !shard->holds(lookahead.il, e); });
     experts.prefetch(lookahead.il, lookahead.ids, lookahead.hint);
     lookahead.il = -1;
   }

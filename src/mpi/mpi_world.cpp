@@ -69,28 +69,34 @@ class MpiStageLink final : public StageLink, public ExpertShard, public HeadShar
 
   std::string describe(int s) const override {
     if (placement_)
-      return fmt::format("rank {} on {} (experts split, {} of {} routed experts)", s, hosts_[s],
-                         placement_->owned(s), placement_->total());
+      return fmt::format("rank {} on {} (experts split, {} of {} routed experts{})", s, hosts_[s],
+                         placement_->owned(s), placement_->total(),
+                         placement_->replicated(s)
+                             ? fmt::format(" and {} replicas", placement_->replicated(s))
+                             : "");
     return fmt::format("stage {} (rank {} on {}, layers {}:{})", s, s, hosts_[s], spans_[s].begin,
                        spans_[s].end);
   }
 
   int rank() const override { return rank_; }
-  bool owns(int il, int e) const override { return placement_->owner_of(il, e) == rank_; }
+  bool holds(int il, int e) const override { return placement_->holds(il, e, rank_); }
+  std::span<const int16_t> assign(int il, std::span<const int32_t> ids, int n_used,
+                                  const uint8_t* active) override {
+    placement_->assign(il, ids, n_used, active, slot_rank_);
+    return slot_rank_;
+  }
 
   // Every rank sends its own slots to every other (Isend first, so no pair waits on the other),
   // then takes each peer's in turn; sizes follow from the shared routing, so a mismatch means the
   // ranks disagree and is an error, not a truncation.
-  void exchange(int il, std::span<const int32_t> ids, int n_used, const uint8_t* active,
-                int64_t n_embd, float* slot_out) override {
-    const std::vector<int16_t>& owner = placement_->owner[il];
+  void exchange(int il, std::span<const int16_t> slot_rank, int64_t n_embd,
+                float* slot_out) override {
     const int n = n_stages();
-    auto live = [&](size_t i) { return !active || active[i / n_used]; };
     send_.clear();
     std::vector<int> expect(n, 0);
-    for (size_t i = 0; i < ids.size(); ++i) {
-      if (!live(i)) continue;
-      const int r = owner[ids[i]];
+    for (size_t i = 0; i < slot_rank.size(); ++i) {
+      const int r = slot_rank[i];
+      if (r < 0) continue;
       ++expect[r];
       if (r == rank_) send_.insert(send_.end(), slot_out + i * n_embd, slot_out + (i + 1) * n_embd);
     }
@@ -121,8 +127,8 @@ class MpiStageLink final : public StageLink, public ExpertShard, public HeadShar
       traffic_.bytes_received += static_cast<uint64_t>(count) * sizeof(float);
       ++traffic_.messages;
       const float* from = recv_.data();
-      for (size_t i = 0; i < ids.size(); ++i)
-        if (live(i) && owner[ids[i]] == r) {
+      for (size_t i = 0; i < slot_rank.size(); ++i)
+        if (slot_rank[i] == r) {
           std::copy_n(from, n_embd, slot_out + i * n_embd);
           from += n_embd;
         }
@@ -296,6 +302,7 @@ class MpiStageLink final : public StageLink, public ExpertShard, public HeadShar
   double timeout_;
   std::optional<ExpertPlacement> placement_;
   std::vector<float> send_, recv_;  // one layer's slots, reused
+  std::vector<int16_t> slot_rank_;  // the last assign's answer
   Traffic traffic_;
 };
 

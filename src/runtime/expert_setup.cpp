@@ -46,26 +46,27 @@ bool unused_mtp(const std::string& name, const Model& m) {
   return layer && *layer >= m.hparams().n_layer + (m.mtp_loaded() ? 1 : 0);
 }
 
-// Expert parallel: the share of the routed experts this process computes (1 without a shard).
+// Expert parallel: the share of the routed experts this process holds, its own and its replicas
+// (1 without a shard).
 double owned_fraction(const Model& m, const ExpertShard* shard) {
   if (!shard) return 1.0;
   const ExpertLayout& l = m.expert_layout();
   int64_t all = 0, mine = 0;
   for (int il = 0; il < static_cast<int>(l.layers.size()); ++il) {
     if (!l.has_layer(il)) continue;
-    for (int e = 0; e < l.n_expert; ++e) mine += shard->owns(il, e) ? 1 : 0;
+    for (int e = 0; e < l.n_expert; ++e) mine += shard->holds(il, e) ? 1 : 0;
     all += l.n_expert;
   }
   return all ? static_cast<double>(mine) / static_cast<double>(all) : 1.0;
 }
 
-// (n_layer · n_expert): 1 where `shard` owns the expert.
+// (n_layer · n_expert): 1 where `shard` holds the expert (owns it or a replica).
 std::vector<uint8_t> owned_mask(const ExpertLayout& l, const ExpertShard& shard) {
   std::vector<uint8_t> owned(l.layers.size() * static_cast<size_t>(l.n_expert), 0);
   for (int il = 0; il < static_cast<int>(l.layers.size()); ++il)
     if (l.has_layer(il))
       for (int e = 0; e < l.n_expert; ++e)
-        owned[static_cast<size_t>(il) * l.n_expert + e] = shard.owns(il, e) ? 1 : 0;
+        owned[static_cast<size_t>(il) * l.n_expert + e] = shard.holds(il, e) ? 1 : 0;
   return owned;
 }
 
@@ -93,7 +94,7 @@ ExpertPlan plan_experts(const gguf::File& file, const Model& model, const Engine
   // length (deepseek4's rings and compressor states).
   p.facts.kv_bytes_per_token = kv.bytes_per_position();
   p.facts.kv_fixed_bytes = kv.bytes_for(0);
-  // An expert-parallel rank holds (in RAM or its cache) only the experts it owns.
+  // An expert-parallel rank holds (in RAM or its cache) only the experts it owns and its replicas.
   p.facts.routed_bytes = static_cast<uint64_t>(static_cast<double>(p.facts.routed_bytes) *
                                                owned_fraction(model, o.expert_shard.get()));
   // ... and only its rows of an untied output head.
@@ -151,7 +152,8 @@ std::unique_ptr<ExpertStore> make_expert_store(const gguf::File& file, const Mod
       if (mtp_reads_tensor(t.name, model.hparams().n_layer, true) &&
           (ram || classify_tensor(t.name, -1, model.hparams().arch) != TensorClass::RoutedExpert))
         populate(t.data, t.nbytes);
-  // An expert-parallel rank in RAM holds a packed copy of its own experts (make_packed_store).
+  // An expert-parallel rank in RAM holds a packed copy of its own experts and its replicas
+  // (make_packed_store).
   if (ram && o.expert_shard)
     return make_packed_store(model.expert_layout(),
                              owned_mask(model.expert_layout(), *o.expert_shard),

@@ -3,6 +3,8 @@
 //   process on the qwen3moe, deepseek2, gpt-oss and deepseek4 reference models (and qwen3moe-f32,
 //   whose output head is its token embedding), with the experts
 //   in RAM and with each rank streaming its share through a small cache under its own cgroup limit;
+// - so do 2 and 3 ranks holding replicas of other ranks' experts (each replicated slot computed
+//   by whichever holder the shared routing assigns it to);
 // - each rank multiplies only its own range of the output head's rows, and the last gathers them;
 // - a rank that dies ends the job, which names it.
 #include <fcntl.h>
@@ -62,8 +64,9 @@ TEST_P(ExpertsMpi, TwoAndThreeRanksGiveOneProcessLogits) {
   for (int n : {2, 3}) {
     const fs::path out = dir_ / ("np" + std::to_string(n) + ".json");
     ShellResult r =
-        sh(mpirun(n, args_ + out.string() + " --experts ram --split-mode experts"));
+        sh(mpirun(n, args_ + out.string() + " --experts ram --split-mode experts --expert-replicas 0"));
     ASSERT_EQ(r.status, 0) << r.out;
+    EXPECT_EQ(r.out.find("replicas"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("experts split over " + std::to_string(n) + " processes"),
               std::string::npos)
         << r.out;
@@ -82,6 +85,28 @@ TEST_P(ExpertsMpi, TwoAndThreeRanksGiveOneProcessLogits) {
       EXPECT_NE(line.find("rank " + std::to_string(rank) + " on "), std::string::npos) << line;
       EXPECT_EQ(line.find("gathers the logits") != std::string::npos, rank == n - 1) << line;
     }
+  }
+}
+
+// Each rank also holds 2 replicas per layer of the hottest experts another rank owns (of 8 or 16
+// per layer; no heat profile: the lowest indices); a slot of a replicated expert is computed by
+// the less busy holder in that layer, and the logits stay those of one process.
+TEST_P(ExpertsMpi, RanksWithReplicasGiveOneProcessLogits) {
+  for (int n : {2, 3}) {
+    const fs::path out = dir_ / ("rep-np" + std::to_string(n) + ".json");
+    ShellResult r = sh(mpirun(
+        n, args_ + out.string() + " --experts ram --split-mode experts --expert-replicas 2"));
+    ASSERT_EQ(r.status, 0) << r.out;
+    // Each rank's packed copies hold its replicas beside its own experts.
+    for (int rank = 0; rank < n; ++rank) {
+      const std::string line = "rank " + std::to_string(rank) + " on ";
+      const size_t at = r.out.find(line);
+      ASSERT_NE(at, std::string::npos) << r.out;
+      const std::string rest = r.out.substr(at, r.out.find('\n', at) - at);
+      EXPECT_NE(rest.find(" replicas): experts: ram (this process's "), std::string::npos) << rest;
+    }
+    EXPECT_EQ(read_file(out), read_file(dir_ / "one.json"))
+        << GetParam() << " with replicas on " << n << " ranks";
   }
 }
 
