@@ -1,9 +1,9 @@
 // Anonymous memory advised for 2 MiB pages, for large buffers that are read in long sweeps (a KV
-// cache's rows at depth). In 4 KiB pages such a sweep takes a page walk every 64 cache lines, and
-// with hundreds of MB in play the walks miss the caches too. The mapping is aligned to 2 MiB so
-// every whole 2 MiB range inside it can be one page; the advice is only advice (where transparent
-// huge pages are off, the buffer is ordinary 4 KiB pages), and physical memory follows the pages
-// touched, not the alignment slack.
+// cache's rows at depth, a rank's packed experts). In 4 KiB pages such a sweep takes a page walk
+// every 64 cache lines, and with hundreds of MB in play the walks miss the caches too. The mapping
+// is aligned to 2 MiB so every whole 2 MiB range inside it can be one page; the advice is only
+// advice (where transparent huge pages are off, the buffer is ordinary 4 KiB pages), and physical
+// memory follows the pages touched, not the alignment slack.
 #pragma once
 
 #include <cstddef>

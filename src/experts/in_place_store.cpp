@@ -5,10 +5,10 @@
 #include <sys/mman.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 
 #include "core/error.h"
+#include "core/huge_pages.h"
 #include "experts/expert_store.h"
 
 #ifndef MADV_POPULATE_READ
@@ -46,9 +46,6 @@ class InPlaceStore final : public ExpertStore {
  public:
   InPlaceStore(const ExpertLayout& layout, std::string mode)
       : layout_(layout), mode_(std::move(mode)), hits_(layout.layers.size() * layout.n_expert) {}
-  ~InPlaceStore() override {
-    if (map_) munmap(map_, map_bytes_);
-  }
   InPlaceStore(const InPlaceStore&) = delete;
   InPlaceStore& operator=(const InPlaceStore&) = delete;
 
@@ -71,20 +68,10 @@ class InPlaceStore final : public ExpertStore {
                padded(bias_bytes(w.up, w.up_bias)) + padded(bias_bytes(w.down, w.down_bias));
     }
     if (total == 0) return;
-    constexpr uint64_t kHuge = uint64_t{2} << 20;
-    map_bytes_ = total + kHuge;
-    map_ = mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (map_ == MAP_FAILED) {
-      map_ = nullptr;
-      fail("experts: cannot allocate {:.2f} GiB for this rank's experts: {}",
-           static_cast<double>(total) / (1 << 30), std::strerror(errno));
-    }
-    auto* base = reinterpret_cast<std::byte*>(
-        (reinterpret_cast<uintptr_t>(map_) + kHuge - 1) & ~uintptr_t{kHuge - 1});
-    // Advice only: where transparent huge pages are off, the copy still holds only this rank's
-    // experts, in 4 KiB pages.
-    madvise(base, total, MADV_HUGEPAGE);
-    std::byte* at = base;
+    // Where transparent huge pages are off, the copy still holds only this rank's experts, in 4 KiB
+    // pages.
+    buffer_ = HugePageBuffer(total, "experts: this rank's packed experts");
+    std::byte* at = buffer_.data();
     auto copy = [&](const void* from, uint64_t bytes) {
       populate(from, bytes);
       std::memcpy(at, from, bytes);
@@ -162,8 +149,7 @@ class InPlaceStore final : public ExpertStore {
   std::vector<uint32_t> hits_;  // per layer · n_expert + expert
   // Packed copies (per layer · n_expert + expert; gate.data null: read in place) and their buffer.
   std::vector<ExpertWeights> packed_;
-  void* map_ = nullptr;
-  size_t map_bytes_ = 0;
+  HugePageBuffer buffer_;
   uint64_t packed_bytes_ = 0;
   int64_t n_packed_ = 0;
 };
