@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "quant/exp_poly.h"
 #include "quant/kernels.h"
 
 namespace sluice::avx2 {
@@ -189,24 +190,22 @@ void value_sum_rows(int64_t dim, const Row* v_rows, int n_keys, const float* w, 
     }
 }
 
-// exp(x) for x ≤ 0: x = n·ln2 + r with |r| ≤ ln2/2 (ln2 split in two parts so n·ln2 is exact),
-// a degree-7 polynomial for exp(r) (Cephes' expf coefficients, ~1 ulp), and 2^n by exponent
-// arithmetic. Below −87, where 2^n leaves the normal range, the result is 0: such a weight is
-// below f32's resolution next to the maximum's weight of 1. exp(0) is exactly 1.
+// exp(x) for x ≤ 0 (quant/exp_poly.h), 2^n by exponent arithmetic. Below −87 the result is 0:
+// such a weight is below f32's resolution next to the maximum's weight of 1. exp(0) is exactly 1.
 __m256 exp_nonpositive(__m256 x) {
-  const __m256 lo = _mm256_set1_ps(-87.0f);
+  const __m256 lo = _mm256_set1_ps(exp_poly::kExpLow);
   const __m256 too_small = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
   x = _mm256_max_ps(x, lo);
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(exp_poly::kLog2e)),
                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(exp_poly::kLn2Hi), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(exp_poly::kLn2Lo), r);
+  __m256 p = _mm256_set1_ps(exp_poly::kP0);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(exp_poly::kP1));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(exp_poly::kP2));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(exp_poly::kP3));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(exp_poly::kP4));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(exp_poly::kP5));
   p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
   const __m256i e =
       _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "quant/exp_poly.h"
 #include "quant/kernels.h"
 
 // GCC 12's intrinsics pass an undefined vector (`__Y = __Y`) as the unused merge operand of
@@ -261,19 +262,19 @@ void value_sums(int64_t dim, const Row* v_rows, int n_keys, const float* w, int6
 
 // avx2::exp_nonpositive on 16 lanes: the same operations lane by lane, so every weight is equal.
 __m512 exp_nonpositive(__m512 x) {
-  const __m512 lo = _mm512_set1_ps(-87.0f);
+  const __m512 lo = _mm512_set1_ps(exp_poly::kExpLow);
   const __mmask16 too_small = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
   x = _mm512_max_ps(x, lo);
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(exp_poly::kLog2e)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(exp_poly::kLn2Hi), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(exp_poly::kLn2Lo), r);
+  __m512 p = _mm512_set1_ps(exp_poly::kP0);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(exp_poly::kP1));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(exp_poly::kP2));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(exp_poly::kP3));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(exp_poly::kP4));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(exp_poly::kP5));
   p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
   const __m512i e =
       _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
