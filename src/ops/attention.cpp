@@ -208,8 +208,6 @@ class Attender {
 
     // Scores, key runs shared by every token and head of the item: each run's rows are located
     // once, and read whole (all the item's KV heads) while they sit in L1.
-    // Scores, key runs shared by every token and head of the item: each run's rows are located
-    // once, and read whole (all the item's KV heads) while they sit in L1.
     const int32_t run = it.nb > 1 ? kRun : kPrefetchedRun;
     const Span next_keys{s1, std::min(s1 + kSegment, last_position(it) + 1)};
     const std::byte* rows[kRun];
@@ -312,11 +310,9 @@ class Attender {
     std::fill(st, st + n, State{});
     float* o = sized(t_out, n * dv);
     std::fill(o, o + n * dv, 0.0f);
-    int32_t lo = pos_[it.t0], hi = 0;
-    for (int b = 0; b < it.nb; ++b) {
-      lo = std::min(lo, first(it.t0 + b));
-      hi = std::max(hi, pos_[it.t0 + b]);
-    }
+    int32_t lo = pos_[it.t0];
+    for (int b = 0; b < it.nb; ++b) lo = std::min(lo, first(it.t0 + b));
+    const int32_t hi = last_position(it);
     for (int32_t g = lo / kSegment; g <= hi / kSegment; ++g) segment(it, g, st, o, true);
     for (int b = 0; b < it.nb; ++b)
       for (int gi = 0; gi < it.ng; ++gi) {

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 
@@ -46,20 +47,6 @@ bool unused_mtp(const std::string& name, const Model& m) {
   return layer && *layer >= m.hparams().n_layer + (m.mtp_loaded() ? 1 : 0);
 }
 
-// Expert parallel: the share of the routed experts this process holds, its own and its replicas
-// (1 without a shard).
-double owned_fraction(const Model& m, const ExpertShard* shard) {
-  if (!shard) return 1.0;
-  const ExpertLayout& l = m.expert_layout();
-  int64_t all = 0, mine = 0;
-  for (int il = 0; il < static_cast<int>(l.layers.size()); ++il) {
-    if (!l.has_layer(il)) continue;
-    for (int e = 0; e < l.n_expert; ++e) mine += shard->holds(il, e) ? 1 : 0;
-    all += l.n_expert;
-  }
-  return all ? static_cast<double>(mine) / static_cast<double>(all) : 1.0;
-}
-
 // (n_layer · n_expert): 1 where `shard` holds the expert (owns it or a replica).
 std::vector<uint8_t> owned_mask(const ExpertLayout& l, const ExpertShard& shard) {
   std::vector<uint8_t> owned(l.layers.size() * static_cast<size_t>(l.n_expert), 0);
@@ -68,6 +55,18 @@ std::vector<uint8_t> owned_mask(const ExpertLayout& l, const ExpertShard& shard)
       for (int e = 0; e < l.n_expert; ++e)
         owned[static_cast<size_t>(il) * l.n_expert + e] = shard.holds(il, e) ? 1 : 0;
   return owned;
+}
+
+// Expert parallel: the share of the routed experts this process holds, its own and its replicas
+// (1 without a shard).
+double owned_fraction(const Model& m, const ExpertShard* shard) {
+  if (!shard) return 1.0;
+  const ExpertLayout& l = m.expert_layout();
+  const std::vector<uint8_t> held = owned_mask(l, *shard);
+  int64_t all = 0;
+  for (int il = 0; il < static_cast<int>(l.layers.size()); ++il) all += l.has_layer(il) ? l.n_expert : 0;
+  const auto mine = std::count(held.begin(), held.end(), uint8_t{1});
+  return all ? static_cast<double>(mine) / static_cast<double>(all) : 1.0;
 }
 
 }  // namespace
