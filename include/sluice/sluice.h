@@ -100,7 +100,10 @@ struct DraftOptions {
   DraftMode mode = DraftMode::kAuto;
   int max = 16;          // most tokens drafted per step (llama.cpp's default too)
   int min = 1;           // fewer candidates than this: decode one token
-  bool adaptive = true;  // false: draft every candidate up to max (tests that must see drafts)
+  // false (`--draft-fixed`): every step with at least `min` candidates drafts all of them up to
+  // `max`, from the MTP block when it offers (the file's own drafter), whatever the measured cost
+  // (measurements and tests that must see drafts; DraftPolicy::choose).
+  bool adaptive = true;
 };
 
 struct GenerateOptions {

@@ -127,9 +127,11 @@ DraftChoice DraftPolicy::choose(std::span<const DraftOffer> offers) {
       open.push_back({o.match, std::min(o.available, options_.max)});
   if (open.empty()) return {};
   if (!options_.adaptive) {
-    // Every candidate, from the MTP block when it is offered (the file's own drafter).
+    // --draft-fixed: every candidate, from the MTP block when it is offered (the file's own
+    // drafter), whatever the timings. record() still measures, under the drafter that drafted.
     const auto mtp = std::find_if(open.begin(), open.end(), [](const DraftOffer& o) { return o.match == kMtpMatch; });
     const DraftOffer& o = mtp != open.end() ? *mtp : open.front();
+    last_match_ = o.match;
     return {o.match, o.available};
   }
   if (n_t0_ < kWarmupPasses) return {};

@@ -79,7 +79,9 @@ struct DraftChoice {
 // expected to lose about a pass, is not tried before kProbeShare passes have run. A
 // probe drafts `min` tokens, twice as many as the last one after each probe that stood (up to
 // `max`), so the cost of long drafts is measured rather than extrapolated once short ones keep
-// standing.
+// standing. Not adaptive (DraftOptions::adaptive false, `--draft-fixed`), it drafts every offer's
+// candidates up to `max` at every step, the MTP block's when it offers, with no warm-up, pause or
+// budget: a fixed length for measurements and tests, whatever the timings.
 class DraftPolicy {
  public:
   static constexpr int kMaxPause = 64;

@@ -259,6 +259,48 @@ TEST(DraftPolicy, AutoTakesTheDrafterThatPaysMore) {
   EXPECT_EQ(d.choose(both).match, 4);
 }
 
+// --draft-fixed (not adaptive): every step drafts all candidates up to max, from the first pass
+// on, however much the verify passes cost and however few drafts stand, where the adaptive policy
+// declines after the same timings; the MTP block drafts when it offers. It still measures, under
+// the drafter that drafted.
+TEST(DraftPolicy, FixedDraftsEveryCandidateWhateverTheCost) {
+  DraftPolicy fixed({DraftMode::kNgram, 6, 2, false});
+  DraftPolicy adaptive({DraftMode::kNgram, 6, 2});
+  EXPECT_EQ(fixed.choose(4, 6), 6);  // no warm-up passes
+  EXPECT_EQ(adaptive.choose(4, 6), 0);
+  EXPECT_EQ(fixed.choose(4, 10), 6);  // at most max
+  EXPECT_EQ(fixed.choose(2, 3), 3);   // every candidate
+  EXPECT_EQ(fixed.choose(4, 1), 0);   // fewer than min
+  EXPECT_EQ(fixed.choose(0, 0), 0);   // none
+  // One-row passes of 10 ms, verify passes of 15 ms per drafted row, no draft ever standing.
+  int fixed_drafts = 0, adaptive_drafts = 0;
+  for (int i = 0; i < 50; ++i) {
+    int k = fixed.choose(4, 6);
+    fixed_drafts += k == 6;
+    fixed.record(k, 0, 0.010 + 0.015 * k);
+    k = adaptive.choose(4, 6);
+    adaptive_drafts += k > 0;
+    adaptive.record(k, 0, 0.010 + 0.015 * k);
+  }
+  EXPECT_EQ(fixed_drafts, 50);
+  EXPECT_LT(adaptive_drafts, 10);
+  EXPECT_LT(fixed.acceptance(4), 0.1);
+  EXPECT_EQ(fixed.choose(4, 6), 6);
+  // Under auto the MTP block's candidates, else lookup's; offers below min are passed over.
+  DraftPolicy automatic({DraftMode::kAuto, 8, 2, false});
+  const std::array<DraftOffer, 2> both = {DraftOffer{4, 8}, DraftOffer{kMtpMatch, 3}};
+  DraftChoice c = automatic.choose(both);
+  EXPECT_EQ(c.match, kMtpMatch);
+  EXPECT_EQ(c.k, 3);
+  automatic.record(3, 3, 0.050);
+  EXPECT_GT(automatic.acceptance(kMtpMatch), 0.5);  // counted for the block, not for lookup
+  EXPECT_DOUBLE_EQ(automatic.acceptance(4), 0.5);
+  const std::array<DraftOffer, 2> short_mtp = {DraftOffer{3, 8}, DraftOffer{kMtpMatch, 1}};
+  c = automatic.choose(short_mtp);
+  EXPECT_EQ(c.match, 3);
+  EXPECT_EQ(c.k, 8);
+}
+
 // Chi-square statistic of observed counts against probabilities `p` (n draws).
 double chi_square(const std::map<int32_t, int>& seen, const std::vector<double>& p, int n) {
   double x2 = 0;
