@@ -227,6 +227,9 @@ void add_draft_flags(CLI::App& app, DraftFlags& d) {
       ->capture_default_str();
   app.add_option("--draft-max", d.options.max, "most tokens drafted per step")->check(CLI::Range(0, 64))->capture_default_str();
   app.add_option("--draft-min", d.options.min, "draft only when at least N tokens are proposed")->check(CLI::Range(0, 64))->capture_default_str();
+  app.add_flag("--draft-fixed", d.fixed,
+               "draft every proposal up to --draft-max tokens whatever the measured cost (the MTP "
+               "block's when the file has one), instead of the lengths that pay");
   app.add_option("--mtp", d.mtp,
                  "the MTP block from a separate GGUF (DeepSeek V4's converter writes one) for "
                  "--draft mtp or auto")
@@ -236,8 +239,13 @@ void add_draft_flags(CLI::App& app, DraftFlags& d) {
 DraftOptions draft_options(const DraftFlags& d) {
   DraftOptions o = d.options;
   o.mode = *parse_draft_mode(d.mode);
+  if (d.fixed && o.mode == DraftMode::kNone)
+    throw CLI::ValidationError("--draft-fixed", "drafting is off (--draft none); give --draft ngram, mtp or auto");
+  if (d.fixed && o.max == 0)
+    throw CLI::ValidationError("--draft-fixed", "--draft-max 0 drafts nothing; give --draft-max 1 to 64");
   if (o.min > o.max)
     throw CLI::ValidationError("--draft-min", fmt::format("{} is larger than --draft-max {}", o.min, o.max));
+  o.adaptive = !d.fixed;
   return o;
 }
 

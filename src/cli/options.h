@@ -71,11 +71,13 @@ void add_routing_trace_flag(CLI::App& app, ModelFlags& f);
 void add_kv_type_flags(CLI::App& app, std::string& type_k, std::string& type_v);
 // -q/--quiet: the log level drops to warnings, which silences progress (core/progress.h).
 void add_quiet_flag(CLI::App& app);
-// --draft, --draft-max, --draft-min (speculative decoding), --mtp FILE (EngineOptions::mtp_path).
-// --draft is parsed into d.mode by draft_options() after parsing.
+// --draft, --draft-max, --draft-min, --draft-fixed (speculative decoding), --mtp FILE
+// (EngineOptions::mtp_path). --draft is parsed into d.mode, and --draft-fixed into
+// DraftOptions::adaptive, by draft_options() after parsing.
 struct DraftFlags {
   std::string mode = "auto";
   DraftOptions options;
+  bool fixed = false;  // --draft-fixed
   std::string mtp;  // a separate MTP GGUF
 };
 void add_draft_flags(CLI::App& app, DraftFlags& d);
