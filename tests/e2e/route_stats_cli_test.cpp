@@ -5,9 +5,9 @@
 // --routing-trace` is read back by `route-stats --trace`; `bench --replay-routing` says that it
 // replays in every output format; `bench --decode-text` reads a text one token a step, past the
 // end of the context, and its timeline accounts for every expert request; a draft run's trace
-// (sluice-moe-128, n-gram drafts on repetitive code, streamed) holds verify passes of several rows,
-// and route-stats simulates its measured part at the run's own cache size, each pass asking each
-// layer for its rows' union.
+// (sluice-moe-128, n-gram drafts of --draft-fixed length on repetitive code, streamed) holds
+// verify passes of several rows, and route-stats simulates its measured part at the run's own
+// cache size, each pass asking each layer for its rows' union.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -155,12 +155,14 @@ TEST(RouteStatsCli, BenchDecodeTextReadsTheTextOneTokenAStep) {
 // A draft run streamed at 19 MiB (a quarter of sluice-moe-128's experts) records its verify passes:
 // the trace has fewer passes than rows, bench names the measured rows, and route-stats at the
 // run's slot count counts one union request per (pass, layer), fewer experts than its rows chose.
+// --draft-fixed drafts every lookup candidate whatever the timings: the adaptive policy may
+// decline to draft on a loaded machine, where its measured verify passes cost more.
 TEST(RouteStatsCli, DraftRunTraceHasVerifyPassesOfSeveralRows) {
   const std::string moe = kSource + "/models/sluice-moe-128.gguf";
   const std::string prompt = kSource + "/bench/prompts/repetitive-code.txt";
   const std::string trace = (sluice::test::scratch_dir() / "draft.trace").string();
-  auto r = cli("bench -m " + moe + " -c 1024 -t 1 -p 0 -n 96 -r 1 -o json -f " + prompt +
-               " --draft ngram --experts stream --ssd-streaming-cache-experts 19MiB --routing-trace " + trace);
+  const std::string args = "bench -m " + moe + " -c 1024 -t 1 -p 0 -n 96 -r 1 -o json -f " + prompt;
+  auto r = cli(args + " --draft ngram --draft-fixed --experts stream --ssd-streaming-cache-experts 19MiB --routing-trace " + trace);
   ASSERT_EQ(r.status, 0) << r.out;
   const size_t at = r.out.find("[{");
   ASSERT_NE(at, std::string::npos) << r.out;
@@ -192,6 +194,16 @@ TEST(RouteStatsCli, DraftRunTraceHasVerifyPassesOfSeveralRows) {
   r = cli("route-stats --trace " + trace + " --json --row-passes --rows " + rows);
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_GT(last_json(r.out)["counted"]["layer_requests"].get<int>(), c["layer_requests"].get<int>());
+
+  // A fixed length with nothing to draft is an argument error (bench decodes plainly by default).
+  r = cli(args + " --draft-fixed");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("--draft-fixed: drafting is off (--draft none); give --draft ngram, mtp or auto"),
+            std::string::npos) << r.out;
+  r = cli(args + " --draft ngram --draft-max 0 --draft-fixed");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("--draft-fixed: --draft-max 0 drafts nothing; give --draft-max 1 to 64"), std::string::npos)
+      << r.out;
 
   r = cli("route-stats --trace " + trace + " --rows 5:2");
   EXPECT_NE(r.status, 0);
