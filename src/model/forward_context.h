@@ -60,6 +60,18 @@ struct ForwardContext {
   // the pass: at a 512-token prefill it is 32 MiB, which allocated per layer came back as fresh
   // pages (page faults and zeroing each time) instead of reused ones.
   std::vector<float> moe_slots{};
+  // Other activations a block takes again at every layer of the pass, by the block's own index:
+  // deepseek4's attention holds (tokens, 64 heads, 512) queries and outputs, 64 MiB each at a
+  // 512-token chunk, which allocated per layer came back from glibc as fresh mapped pages (page
+  // faults and zeroing: 47 % of a V4 prefill). Grown, never cleared: the caller writes before it
+  // reads. An architecture numbers its own buffers (its blocks are the only ones in its passes).
+  float* reused(size_t index, size_t n) {
+    if (reused_.size() <= index) reused_.resize(index + 1);
+    std::vector<float>& v = reused_[index];
+    if (v.size() < n) v.resize(n);
+    return v.data();
+  }
+  std::vector<std::vector<float>> reused_{};
   // Rows whose routed-expert output is read (null: all). forward_mtp sets it to the rows that
   // want logits: its block is a single layer, so the other rows only fill its KV cache, and
   // skipping their experts spares a catch-up over many positions from reading (streaming) nearly

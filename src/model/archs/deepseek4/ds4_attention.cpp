@@ -25,6 +25,9 @@ namespace sluice {
 
 namespace {
 
+// This block's buffers in ForwardContext::reused, taken again by every layer of a pass.
+enum ReusedBuffer : size_t { kQueries, kIndexQueries, kOutputs };
+
 // The tokens of one sequence in this batch: batch indices in position order from `start`.
 struct SeqRun {
   int seq = 0;
@@ -134,15 +137,16 @@ void ds4_attention(ForwardContext& ctx, int il, const Ds4AttentionWeights& w,
   const KvType type = kv.shape().type;
 
   // Queries: RMS_w of the q latent, up-projection, RMS per head (no weight), rope on the tail.
-  std::vector<float> cq(n * q_rank), q(n * H * D), k(n * D);
+  std::vector<float> cq(n * q_rank), k(n * D);
+  float* q = ctx.reused(kQueries, static_cast<size_t>(n) * H * D);  // (n, H, D)
   matmul(ctx.pool, w.wq_a.mat(), xn, n, cq.data());
   for (int64_t t = 0; t < n; ++t)
     rmsnorm(cq.data() + t * q_rank, w.q_a_norm.f32(), cq.data() + t * q_rank, q_rank, c.eps);
-  matmul(ctx.pool, w.wq_b.mat(), cq.data(), n, q.data());
+  matmul(ctx.pool, w.wq_b.mat(), cq.data(), n, q);
   matmul(ctx.pool, w.wkv.mat(), xn, n, k.data());
   for (int64_t t = 0; t < n; ++t) {
     const int32_t p = ctx.batch.pos[t];
-    float* qt = q.data() + t * H * D;
+    float* qt = q + t * H * D;
     for (int h = 0; h < H; ++h) rmsnorm(qt + h * D, nullptr, qt + h * D, D, c.eps);
     c.rope->rotate(qt, H, D, p);
     float* kt = k.data() + t * D;
@@ -165,19 +169,20 @@ void ds4_attention(ForwardContext& ctx, int il, const Ds4AttentionWeights& w,
 
   // Indexer queries and weights (ratio 4).
   const int Ih = c.idx_heads, Id = c.idx_dim;
-  std::vector<float> iq, iw;
+  float* iq = nullptr;  // (n, Ih, Id)
+  std::vector<float> iw;
   if (r == 4) {
     run_compressor(
         ctx, w.icomp, runs, 4, Id, c.eps, *c.rope, xn, type,
         [&](int s, int p) { return kv.index_state_row(s, il, p); },
         [&](int s, int b) { return kv.index_row(s, il, b); });
-    iq.resize(n * Ih * Id);
+    iq = ctx.reused(kIndexQueries, static_cast<size_t>(n) * Ih * Id);
     iw.resize(n * Ih);
-    matmul(ctx.pool, w.idx_q_b.mat(), cq.data(), n, iq.data());
+    matmul(ctx.pool, w.idx_q_b.mat(), cq.data(), n, iq);
     matmul(ctx.pool, w.idx_proj.mat(), xn, n, iw.data());
     const float s = 1.0f / std::sqrt(static_cast<float>(Id) * Ih);
     for (int64_t t = 0; t < n; ++t) {
-      c.rope->rotate(iq.data() + t * Ih * Id, Ih, Id, ctx.batch.pos[t]);
+      c.rope->rotate(iq + t * Ih * Id, Ih, Id, ctx.batch.pos[t]);
       for (int h = 0; h < Ih; ++h) iw[t * Ih + h] *= s;
     }
   }
@@ -219,7 +224,7 @@ void ds4_attention(ForwardContext& ctx, int il, const Ds4AttentionWeights& w,
     }
     const std::byte* const* ikeys = index_keys[seq_of[t]].data();
     scores.resize(n_vis);
-    const float* qt = iq.data() + t * Ih * Id;
+    const float* qt = iq + t * Ih * Id;
     const float* wt = iw.data() + t * Ih;
     if (parallel_scores)
       ctx.pool.parallel_for(n_vis, [&](int64_t b0, int64_t b1) {
@@ -249,7 +254,7 @@ void ds4_attention(ForwardContext& ctx, int il, const Ds4AttentionWeights& w,
   // the one K=V head, so a work item is kMaxTileQueries heads of a token: the attention tiles
   // (quant/dispatch.h) read each key row once for them, for the scores and again for the sums.
   // A head's result does not depend on the other heads of its item.
-  std::vector<float> o(n * H * D);
+  float* o = ctx.reused(kOutputs, static_cast<size_t>(n) * H * D);  // (n, H, D)
   const AttentionTiles tiles = attention_tiles(GgmlType::F32);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const int n_hg = (H + kMaxTileQueries - 1) / kMaxTileQueries;
@@ -265,8 +270,8 @@ void ds4_attention(ForwardContext& ctx, int il, const Ds4AttentionWeights& w,
       rows.resize(nk);
       for (int j = 0; j < nk; ++j) rows[j] = reinterpret_cast<const std::byte*>(ks[j]);
       sc.resize(static_cast<size_t>(nq) * nk);
-      const float* qh = q.data() + (t * H + h0) * D;
-      float* oh = o.data() + (t * H + h0) * D;
+      const float* qh = q + (t * H + h0) * D;
+      float* oh = o + (t * H + h0) * D;
       tiles.key_scores(D, rows.data(), nk, qh, D, nq, sc.data(), nk);
       float inv[kMaxTileQueries];
       for (int r = 0; r < nq; ++r) {
@@ -282,6 +287,9 @@ void ds4_attention(ForwardContext& ctx, int il, const Ds4AttentionWeights& w,
         if (f != 1.0f)
           for (int j = 0; j < nk; ++j) s[j] *= f;
       }
+      // value_sums adds to its output: the item's rows start at zero, cleared here while the
+      // thread is about to use them rather than all at once beforehand.
+      std::fill(oh, oh + static_cast<int64_t>(nq) * D, 0.0f);
       tiles.value_sums(D, ks.data(), nk, sc.data(), nk, nq, oh, D);
       for (int r = 0; r < nq; ++r) {
         float* orow = oh + static_cast<int64_t>(r) * D;
@@ -290,7 +298,7 @@ void ds4_attention(ForwardContext& ctx, int il, const Ds4AttentionWeights& w,
       }
     }
   });
-  ctx.dump("kqv_out", il, o.data(), static_cast<int64_t>(H) * D);
+  ctx.dump("kqv_out", il, o, static_cast<int64_t>(H) * D);
 
   // Raw keys into the window ring, in position order so the newest win.
   for (const SeqRun& run : runs)
@@ -304,7 +312,7 @@ void ds4_attention(ForwardContext& ctx, int il, const Ds4AttentionWeights& w,
   std::vector<float> xg(n * gw), ug(n * O), u(n * G * O);
   for (int g = 0; g < G; ++g) {
     for (int64_t t = 0; t < n; ++t)
-      std::copy_n(o.data() + t * H * D + g * gw, gw, xg.data() + t * gw);
+      std::copy_n(o + t * H * D + g * gw, gw, xg.data() + t * gw);
     const MatView a = w.wo_a.mat();
     const MatView part{a.type, a.n_in, O, a.data + static_cast<uint64_t>(g) * O * a.row_stride,
                        a.row_stride};
