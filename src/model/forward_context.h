@@ -5,8 +5,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
+#include "core/huge_pages.h"
 #include "core/thread_pool.h"
 #include "experts/expert_shard.h"
 #include "experts/expert_store.h"
@@ -63,15 +65,32 @@ struct ForwardContext {
   // Other activations a block takes again at every layer of the pass, by the block's own index:
   // deepseek4's attention holds (tokens, 64 heads, 512) queries and outputs, 64 MiB each at a
   // 512-token chunk, which allocated per layer came back from glibc as fresh mapped pages (page
-  // faults and zeroing: 47 % of a V4 prefill). Grown, never cleared: the caller writes before it
-  // reads. An architecture numbers its own buffers (its blocks are the only ones in its passes).
+  // faults and zeroing: 47 % of a V4 prefill). One allocation per buffer and pass, grown when a
+  // layer needs more, never zero-filled by us: the caller writes before it reads. Large ones are
+  // mapped in 2 MiB pages (a fault per 2 MiB instead of per 4 KiB); small ones (a decode step's)
+  // stay on the heap, where a 2 MiB page would be faulted in and cleared for a few KiB. An
+  // architecture numbers its own buffers (its blocks are the only ones in its passes).
   float* reused(size_t index, size_t n) {
     if (reused_.size() <= index) reused_.resize(index + 1);
-    std::vector<float>& v = reused_[index];
-    if (v.size() < n) v.resize(n);
-    return v.data();
+    Reused& r = reused_[index];
+    if (r.size < n) {
+      r.size = n;
+      if (n * sizeof(float) >= 2 * HugePageBuffer::kHugePage) {
+        r.heap.reset();
+        r.mapped = HugePageBuffer(n * sizeof(float), "a layer's activations");
+      } else {
+        r.mapped = HugePageBuffer();
+        r.heap = std::make_unique_for_overwrite<float[]>(n);
+      }
+    }
+    return r.heap ? r.heap.get() : reinterpret_cast<float*>(r.mapped.data());
   }
-  std::vector<std::vector<float>> reused_{};
+  struct Reused {
+    size_t size = 0;  // floats
+    std::unique_ptr<float[]> heap;
+    HugePageBuffer mapped;
+  };
+  std::vector<Reused> reused_{};
   // Rows whose routed-expert output is read (null: all). forward_mtp sets it to the rows that
   // want logits: its block is a single layer, so the other rows only fill its KV cache, and
   // skipping their experts spares a catch-up over many positions from reading (streaming) nearly
