@@ -144,15 +144,18 @@ void ds4_attention(ForwardContext& ctx, int il, const Ds4AttentionWeights& w,
     rmsnorm(cq.data() + t * q_rank, w.q_a_norm.f32(), cq.data() + t * q_rank, q_rank, c.eps);
   matmul(ctx.pool, w.wq_b.mat(), cq.data(), n, q);
   matmul(ctx.pool, w.wkv.mat(), xn, n, k.data());
-  for (int64_t t = 0; t < n; ++t) {
-    const int32_t p = ctx.batch.pos[t];
-    float* qt = q + t * H * D;
-    for (int h = 0; h < H; ++h) rmsnorm(qt + h * D, nullptr, qt + h * D, D, c.eps);
-    c.rope->rotate(qt, H, D, p);
-    float* kt = k.data() + t * D;
-    rmsnorm(kt, w.kv_norm.f32(), kt, D, c.eps);
-    c.rope->rotate(kt, 1, D, p);
-  }
+  // Per token, on every thread: a 512-token chunk's per-head norms are 32k rows of 512.
+  ctx.pool.parallel_for(n, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int32_t p = ctx.batch.pos[t];
+      float* qt = q + t * H * D;
+      for (int h = 0; h < H; ++h) rmsnorm(qt + h * D, nullptr, qt + h * D, D, c.eps);
+      c.rope->rotate(qt, H, D, p);
+      float* kt = k.data() + t * D;
+      rmsnorm(kt, w.kv_norm.f32(), kt, D, c.eps);
+      c.rope->rotate(kt, 1, D, p);
+    }
+  });
   if (type != KvType::kF32) {
     std::vector<std::byte> stored(kv.shape().key_bytes());
     for (int64_t t = 0; t < n; ++t) {
