@@ -336,7 +336,7 @@ void moe_experts(ForwardContext& ctx, int il, const int32_t* ids, const float* w
   // Each slot's weighted expert output, summed per token in slot order once all experts ran, so
   // the sum does not depend on the order the store hands experts out. Every slot is written.
   int64_t n_embd = 0;
-  std::vector<float>& slot_out = ctx.moe_slots;
+  float* slot_out = nullptr;  // ctx.reused(PassBuffer::kMoeSlots): (n_tok·n_used, n_embd)
   if (experts.empty() && ctx.ffn_rows && !ctx.shard) {  // no row's output is read: nothing to fetch
     ctx.issue_lookahead();
     return;
@@ -351,10 +351,9 @@ void moe_experts(ForwardContext& ctx, int il, const int32_t* ids, const float* w
   ExpertScratch scratch;
   auto run = [&] {
     n_embd = handed[0].second.gate.n_in;
-    const auto slots_size = static_cast<size_t>(n_tok * n_used * n_embd);
-    if (slot_out.size() < slots_size) slot_out.resize(slots_size);
-    run_expert_batches(ctx, handed, rows_of, weights, n_used, act, limit, xn, slot_out.data(),
-                       scratch);
+    // The same size at every batch of the layer, so the same buffer: earlier batches' slots stay.
+    slot_out = ctx.reused(PassBuffer::kMoeSlots, static_cast<size_t>(n_tok * n_used * n_embd));
+    run_expert_batches(ctx, handed, rows_of, weights, n_used, act, limit, xn, slot_out, scratch);
     handed.clear();
   };
   const bool together = ctx.experts.handed_weights_persist();
@@ -367,18 +366,16 @@ void moe_experts(ForwardContext& ctx, int il, const int32_t* ids, const float* w
   if (ctx.shard) {
     // This process may own none of the layer's chosen experts; it still trades slots.
     n_embd = ctx.n_embd;
-    const auto slots_size = static_cast<size_t>(n_tok * n_used * n_embd);
-    if (slot_out.size() < slots_size) slot_out.resize(slots_size);
-    ctx.shard->exchange(il, slot_rank, n_embd, slot_out.data());
+    slot_out = ctx.reused(PassBuffer::kMoeSlots, static_cast<size_t>(n_tok * n_used * n_embd));
+    ctx.shard->exchange(il, slot_rank, n_embd, slot_out);
   }
   if (n_embd == 0) fail("internal: layer {} routed no tokens to any expert", il);
   ctx.pool.parallel_for(n_tok, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       if (ctx.ffn_rows && !ctx.ffn_rows[t]) continue;
       float* o = out + t * n_embd;
-      std::copy_n(slot_out.data() + t * n_used * n_embd, n_embd, o);
-      for (int k = 1; k < n_used; ++k)
-        add_inplace(o, slot_out.data() + (t * n_used + k) * n_embd, n_embd);
+      std::copy_n(slot_out + t * n_used * n_embd, n_embd, o);
+      for (int k = 1; k < n_used; ++k) add_inplace(o, slot_out + (t * n_used + k) * n_embd, n_embd);
     }
   });
   ctx.dump("ffn_moe_out", il, out, n_embd);

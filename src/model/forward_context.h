@@ -3,6 +3,7 @@
 // and the blocks (blocks.h), which both use it.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -38,6 +39,16 @@ struct Batch {
 // comparing activations against a reference engine.
 using ActivationHook = std::function<void(const char* name, int layer, const float* data, int64_t rows, int64_t cols)>;
 
+// The buffers of ForwardContext::reused, one per use, so that no two blocks of a pass share one
+// (the MoE block runs inside every architecture's layers, deepseek4's attention beside it).
+enum class PassBuffer : size_t {
+  kMoeSlots,         // (n_tok·n_used, n_embd) weighted expert outputs per routing slot
+  kDs4Queries,       // (n_tok, n_head, head_dim) deepseek4 attention queries
+  kDs4IndexQueries,  // (n_tok, idx_heads, idx_dim) its lightning indexer's queries
+  kDs4Outputs,       // (n_tok, n_head, head_dim) its attention outputs
+  kCount
+};
+
 // Scratch and per-step state shared by the blocks of one forward call.
 struct ForwardContext {
   ThreadPool& pool;
@@ -58,21 +69,16 @@ struct ForwardContext {
     PrefetchHint hint = PrefetchHint::kSet;
   };
   Lookahead lookahead{};
-  // (n_tok·n_used, n_embd) weighted expert outputs per routing slot, reused by every MoE layer of
-  // the pass: at a 512-token prefill it is 32 MiB, which allocated per layer came back as fresh
-  // pages (page faults and zeroing each time) instead of reused ones.
-  std::vector<float> moe_slots{};
-  // Other activations a block takes again at every layer of the pass, by the block's own index:
-  // deepseek4's attention holds (tokens, 64 heads, 512) queries and outputs, 64 MiB each at a
+  // Activations a block takes again at every layer of the pass (PassBuffer names each use):
+  // the MoE slot outputs are 32 MiB and deepseek4's attention queries and outputs 64 MiB each at a
   // 512-token chunk, which allocated per layer came back from glibc as fresh mapped pages (page
-  // faults and zeroing: 47 % of a V4 prefill). One allocation per buffer and pass, grown when a
-  // layer needs more, never zero-filled by us: the caller writes before it reads. Large ones are
-  // mapped in 2 MiB pages (a fault per 2 MiB instead of per 4 KiB); small ones (a decode step's)
-  // stay on the heap, where a 2 MiB page would be faulted in and cleared for a few KiB. An
-  // architecture numbers its own buffers (its blocks are the only ones in its passes).
-  float* reused(size_t index, size_t n) {
-    if (reused_.size() <= index) reused_.resize(index + 1);
-    Reused& r = reused_[index];
+  // faults and zeroing: a fifth of a qwen3 prefill, 47 % of a V4 one). One allocation per buffer
+  // and pass, grown when a layer needs more (without keeping the contents), never zero-filled:
+  // the caller writes before it reads. Large ones are mapped in 2 MiB pages (a fault per 2 MiB
+  // instead of per 4 KiB); small ones (a decode step's) stay on the heap, where a 2 MiB page would
+  // be faulted in and cleared for a few KiB.
+  float* reused(PassBuffer which, size_t n) {
+    Reused& r = reused_[static_cast<size_t>(which)];
     if (r.size < n) {
       r.size = n;
       if (n * sizeof(float) >= 2 * HugePageBuffer::kHugePage) {
@@ -90,7 +96,7 @@ struct ForwardContext {
     std::unique_ptr<float[]> heap;
     HugePageBuffer mapped;
   };
-  std::vector<Reused> reused_{};
+  std::array<Reused, static_cast<size_t>(PassBuffer::kCount)> reused_{};
   // Rows whose routed-expert output is read (null: all). forward_mtp sets it to the rows that
   // want logits: its block is a single layer, so the other rows only fill its KV cache, and
   // skipping their experts spares a catch-up over many positions from reading (streaming) nearly

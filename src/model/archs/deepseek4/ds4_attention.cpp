@@ -25,9 +25,6 @@ namespace sluice {
 
 namespace {
 
-// This block's buffers in ForwardContext::reused, taken again by every layer of a pass.
-enum ReusedBuffer : size_t { kQueries, kIndexQueries, kOutputs };
-
 // The tokens of one sequence in this batch: batch indices in position order from `start`.
 struct SeqRun {
   int seq = 0;
@@ -138,7 +135,7 @@ void ds4_attention(ForwardContext& ctx, int il, const Ds4AttentionWeights& w,
 
   // Queries: RMS_w of the q latent, up-projection, RMS per head (no weight), rope on the tail.
   std::vector<float> cq(n * q_rank), k(n * D);
-  float* q = ctx.reused(kQueries, static_cast<size_t>(n) * H * D);  // (n, H, D)
+  float* q = ctx.reused(PassBuffer::kDs4Queries, static_cast<size_t>(n) * H * D);  // (n, H, D)
   matmul(ctx.pool, w.wq_a.mat(), xn, n, cq.data());
   for (int64_t t = 0; t < n; ++t)
     rmsnorm(cq.data() + t * q_rank, w.q_a_norm.f32(), cq.data() + t * q_rank, q_rank, c.eps);
@@ -179,7 +176,7 @@ void ds4_attention(ForwardContext& ctx, int il, const Ds4AttentionWeights& w,
         ctx, w.icomp, runs, 4, Id, c.eps, *c.rope, xn, type,
         [&](int s, int p) { return kv.index_state_row(s, il, p); },
         [&](int s, int b) { return kv.index_row(s, il, b); });
-    iq = ctx.reused(kIndexQueries, static_cast<size_t>(n) * Ih * Id);
+    iq = ctx.reused(PassBuffer::kDs4IndexQueries, static_cast<size_t>(n) * Ih * Id);
     iw.resize(n * Ih);
     matmul(ctx.pool, w.idx_q_b.mat(), cq.data(), n, iq);
     matmul(ctx.pool, w.idx_proj.mat(), xn, n, iw.data());
@@ -257,7 +254,7 @@ void ds4_attention(ForwardContext& ctx, int il, const Ds4AttentionWeights& w,
   // the one K=V head, so a work item is kMaxTileQueries heads of a token: the attention tiles
   // (quant/dispatch.h) read each key row once for them, for the scores and again for the sums.
   // A head's result does not depend on the other heads of its item.
-  float* o = ctx.reused(kOutputs, static_cast<size_t>(n) * H * D);  // (n, H, D)
+  float* o = ctx.reused(PassBuffer::kDs4Outputs, static_cast<size_t>(n) * H * D);  // (n, H, D)
   const AttentionTiles tiles = attention_tiles(GgmlType::F32);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const int n_hg = (H + kMaxTileQueries - 1) / kMaxTileQueries;
