@@ -5,7 +5,8 @@
 // are fewer rows than threads are tokens split as well. Within a range, each weight row is dotted
 // with a tile of token rows while it sits in L1, so prefill and MoE expert batches read the weights
 // once per tile instead of once per token; types with a multi-row kernel also unpack each weight
-// block once per group of kMaxDotRows tokens, and types with a GEMM kernel unpack each tile of weight
+// block once per group of kMaxDotRows tokens, types with a dot tile kernel take four weight rows per
+// call (short rows: one shared lane sum), and types with a GEMM kernel unpack each tile of weight
 // rows once for all the tokens of the part.
 #include "ops/matmul.h"
 
@@ -104,7 +105,20 @@ void run_range(const Mat& mat, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
   }
   for (int64_t tt = t0; tt < t1; tt += kTokenTile) {
     const int64_t te = std::min(t1, tt + kTokenTile);
-    for (int64_t r = r0; r < r1; ++r) {
+    int64_t r = r0;
+    // Tiles of weight rows first: every output equals vec_dot's, so lone tokens and ExactRows
+    // calls take them too; the rows left over take the per-row kernels below.
+    if (k.vec_dot_tile) {
+      for (; r + kDotTileRows <= r1; r += kDotTileRows) {
+        const std::byte* wrow = w.data + static_cast<uint64_t>(r) * w.row_stride;
+        for (int64_t t = tt; t < te; t += kMaxDotRows) {
+          k.vec_dot_tile(w.n_in, wrow, w.row_stride, mat.xq + static_cast<uint64_t>(t) * mat.xq_stride,
+                         mat.xq_stride, static_cast<int>(std::min<int64_t>(kMaxDotRows, te - t)),
+                         y + t * w.n_out + r, static_cast<uint64_t>(w.n_out));
+        }
+      }
+    }
+    for (; r < r1; ++r) {
       const std::byte* wrow = w.data + static_cast<uint64_t>(r) * w.row_stride;
       float* yr = y + r;
       // A lone token takes the single-row kernel, which for some types (Q6_K) is a faster set's;

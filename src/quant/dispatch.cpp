@@ -250,6 +250,7 @@ DotKernels avx512_kernels(GgmlType weight) {
   if (weight == GgmlType::Q8_0) {
     k.vec_dot = avx512::vec_dot_q8_0;
     k.vec_dot_multi = avx512::vec_dot_q8_0_multi;
+    k.vec_dot_tile = avx512::vec_dot_q8_0_tile;
   }
   if (weight == GgmlType::IQ2_XXS) {
     k.vec_dot = avx512::vec_dot_iq2_xxs;

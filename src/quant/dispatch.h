@@ -44,6 +44,8 @@ struct DotKernels {
   // vec_dot_multi gives every row exactly vec_dot's result (the same operations in the same
   // order, one template at NX rows), so ExactRows batches may use it.
   bool multi_rows_exact = false;
+  // Tiles of kDotTileRows weight rows, every output exactly vec_dot's; null where the set has none.
+  DotTileFn vec_dot_tile = nullptr;
   // Tiles of weight rows x any number of activation rows; null where the set has none.
   GemmFn gemm = nullptr;
   // Tokens per matmul part from which the GEMM is used. Unpacking a tile of weight rows costs

@@ -45,6 +45,13 @@ void with_row_count(int n_x, Rows&& rows) {
   }
 }
 
+// Dots of kDotTileRows weight rows (w + r * w_stride bytes) with n_x (1..kMaxDotRows) activation
+// rows (x + c * x_stride bytes) into y[c * y_stride + r], each exactly what the set's vec_dot gives
+// that pair: short rows' lane sums and calls are then shared by four outputs.
+inline constexpr int kDotTileRows = 4;
+using DotTileFn = void (*)(int64_t n, const void* w, uint64_t w_stride, const void* x,
+                           uint64_t x_stride, int n_x, float* y, uint64_t y_stride);
+
 // Dot products of a tile: n_w weight rows (w + r * w_stride bytes) with n_x activation rows (x + c
 // * x_stride bytes, in the weight type's vec-dot format) into y[c * y_stride + r]. Unlike
 // VecDotMultiFn, any n_x: the weight rows are unpacked once per call (see quant/gemm.h).
@@ -226,6 +233,8 @@ GemmFn gemm_kernel(GgmlType weight);
 float vec_dot_q8_0(int64_t n, const void* w, const void* x);
 void vec_dot_q8_0_multi(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x,
                         float* out);
+void vec_dot_q8_0_tile(int64_t n, const void* w, uint64_t w_stride, const void* x,
+                       uint64_t x_stride, int n_x, float* y, uint64_t y_stride);
 float vec_dot_iq2_xxs(int64_t n, const void* w, const void* x);
 void vec_dot_iq2_xxs_multi(int64_t n, const void* w, const void* x, uint64_t x_stride, int n_x,
                            float* out);

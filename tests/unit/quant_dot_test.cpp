@@ -448,6 +448,49 @@ TEST(VecDotMulti, RowsExactKernelsEqualTheSingleRowKernelBitForBit) {
   if (checked == 0) GTEST_SKIP() << "no multi-row kernel on this CPU";
 }
 
+// Dot tile kernels give each (weight row, activation row) pair exactly the set's single-row
+// result, at every activation count, for row lengths with and without a step of four blocks, an odd
+// pair and an odd last block, and padded strides (the tile reads four rows at w_stride).
+TEST(VecDotTile, EveryOutputEqualsTheSingleRowKernelBitForBit) {
+  std::mt19937 rng(83);
+  int checked = 0;
+  for (Isa isa : isas()) {
+    for (GgmlType t : kDotTypes) {
+      const DotKernels k = dot_kernels(t, isa);
+      if (!k.vec_dot_tile) continue;
+      ASSERT_NE(k.vec_dot, nullptr) << type_name(t);
+      ++checked;
+      const int64_t blk = type_traits(t).block_elems;
+      for (int64_t n : {blk, 2 * blk, 3 * blk, 4 * blk, 7 * blk, 8 * blk, 2048 + 3 * blk}) {
+        const uint64_t w_stride = row_bytes(t, static_cast<uint64_t>(n)) + 16;
+        const uint64_t x_stride = row_bytes(k.vec_dot_type, static_cast<uint64_t>(n)) + 32;
+        std::vector<uint8_t> w(w_stride * kDotTileRows);
+        for (int r = 0; r < kDotTileRows; ++r) {
+          const auto row = random_row(t, n, rng);
+          std::memcpy(w.data() + r * w_stride, row.data(), row.size());
+        }
+        std::vector<uint8_t> xq(x_stride * kMaxDotRows);
+        for (int c = 0; c < kMaxDotRows; ++c) k.quantize(random_activations(n, rng).data(), xq.data() + c * x_stride, n);
+        for (int n_x = 1; n_x <= kMaxDotRows; ++n_x) {
+          const uint64_t y_stride = kDotTileRows + 3;
+          std::vector<float> y(y_stride * n_x, -1.0f);
+          k.vec_dot_tile(n, w.data(), w_stride, xq.data(), x_stride, n_x, y.data(), y_stride);
+          for (int c = 0; c < n_x; ++c) {
+            for (int r = 0; r < kDotTileRows; ++r) {
+              const float alone = k.vec_dot(n, w.data() + r * w_stride, xq.data() + c * x_stride);
+              EXPECT_EQ(std::memcmp(&y[c * y_stride + r], &alone, sizeof(float)), 0)
+                  << type_name(t) << " " << isa_name(isa) << " n " << n << " n_x " << n_x << " row " << r
+                  << " col " << c << ": " << y[c * y_stride + r] << " vs " << alone;
+            }
+            for (uint64_t r = kDotTileRows; r < y_stride; ++r) EXPECT_EQ(y[c * y_stride + r], -1.0f) << "wrote past the tile";
+          }
+        }
+      }
+    }
+  }
+  if (checked == 0) GTEST_SKIP() << "no dot tile kernel on this CPU";
+}
+
 const GgmlType kGemmTypes[] = {
     GgmlType::Q4_K,    GgmlType::Q5_K,   GgmlType::Q6_K,  GgmlType::Q2_K,  GgmlType::Q3_K,
     GgmlType::IQ4_XS,  GgmlType::Q8_0,   GgmlType::MXFP4, GgmlType::IQ2_XXS, GgmlType::IQ2_XS,
