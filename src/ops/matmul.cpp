@@ -5,9 +5,9 @@
 // are fewer rows than threads are tokens split as well. Within a range, each weight row is dotted
 // with a tile of token rows while it sits in L1, so prefill and MoE expert batches read the weights
 // once per tile instead of once per token; types with a multi-row kernel also unpack each weight
-// block once per group of kMaxDotRows tokens, types with a dot tile kernel take four weight rows per
-// call (short rows: one shared lane sum), and types with a GEMM kernel unpack each tile of weight
-// rows once for all the tokens of the part.
+// block once per group of kMaxDotRows tokens, types with a dot tile kernel take four weight rows
+// per call (short rows: one shared lane sum), and types with a GEMM kernel unpack each tile of
+// weight rows once for all the tokens of the part.
 #include "ops/matmul.h"
 
 #include <algorithm>
@@ -112,8 +112,9 @@ void run_range(const Mat& mat, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
       for (; r + kDotTileRows <= r1; r += kDotTileRows) {
         const std::byte* wrow = w.data + static_cast<uint64_t>(r) * w.row_stride;
         for (int64_t t = tt; t < te; t += kMaxDotRows) {
-          k.vec_dot_tile(w.n_in, wrow, w.row_stride, mat.xq + static_cast<uint64_t>(t) * mat.xq_stride,
-                         mat.xq_stride, static_cast<int>(std::min<int64_t>(kMaxDotRows, te - t)),
+          const int n_x = static_cast<int>(std::min<int64_t>(kMaxDotRows, te - t));
+          k.vec_dot_tile(w.n_in, wrow, w.row_stride,
+                         mat.xq + static_cast<uint64_t>(t) * mat.xq_stride, mat.xq_stride, n_x,
                          y + t * w.n_out + r, static_cast<uint64_t>(w.n_out));
         }
       }

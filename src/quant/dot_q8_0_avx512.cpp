@@ -63,13 +63,17 @@ float sum_lanes(__m512 v) {
 
 // sum_lanes of four vectors at once: the same pairing, two vectors per shuffle.
 __m128 sum_lanes4(__m512 v0, __m512 v1, __m512 v2, __m512 v3) {
-  const __m512 c01 = _mm512_add_ps(_mm512_shuffle_f32x4(v0, v1, 0x44), _mm512_shuffle_f32x4(v0, v1, 0xEE));
-  const __m512 c23 = _mm512_add_ps(_mm512_shuffle_f32x4(v2, v3, 0x44), _mm512_shuffle_f32x4(v2, v3, 0xEE));
+  const __m512 c01 =
+      _mm512_add_ps(_mm512_shuffle_f32x4(v0, v1, 0x44), _mm512_shuffle_f32x4(v0, v1, 0xEE));
+  const __m512 c23 =
+      _mm512_add_ps(_mm512_shuffle_f32x4(v2, v3, 0x44), _mm512_shuffle_f32x4(v2, v3, 0xEE));
   // 128-bit lane j of d holds vector j's four sums of l + l⁺⁸ + (l + 4) + (l + 4)⁺⁸.
-  const __m512 d = _mm512_add_ps(_mm512_shuffle_f32x4(c01, c23, 0x88), _mm512_shuffle_f32x4(c01, c23, 0xDD));
+  const __m512 d =
+      _mm512_add_ps(_mm512_shuffle_f32x4(c01, c23, 0x88), _mm512_shuffle_f32x4(c01, c23, 0xDD));
   const __m512 e = _mm512_add_ps(d, _mm512_shuffle_ps(d, d, 0x4E));
   const __m512 f = _mm512_add_ps(e, _mm512_shuffle_ps(e, e, 0xB1));
-  return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), f));
+  return _mm512_castps512_ps128(
+      _mm512_permutexvar_ps(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), f));
 }
 
 // The integer sum of dot_one's eight lanes (exact in any order).
@@ -146,9 +150,11 @@ void q8_0_tile(int64_t n, const std::byte* w, uint64_t w_stride, const std::byte
   // The lane sums, four outputs per shuffle tree where the tile has four.
   constexpr int kOut = NW * NX;
   __m512 s[kOut];
-  for (int o = 0; o < kOut; ++o) s[o] = _mm512_add_ps(acc[o / NX][o % NX][0], acc[o / NX][o % NX][1]);
+  for (int o = 0; o < kOut; ++o)
+    s[o] = _mm512_add_ps(acc[o / NX][o % NX][0], acc[o / NX][o % NX][1]);
   int o = 0;
-  for (; o + 4 <= kOut; o += 4) _mm_storeu_ps(out + o, sum_lanes4(s[o], s[o + 1], s[o + 2], s[o + 3]));
+  for (; o + 4 <= kOut; o += 4)
+    _mm_storeu_ps(out + o, sum_lanes4(s[o], s[o + 1], s[o + 2], s[o + 3]));
   for (; o < kOut; ++o) out[o] = sum_lanes(s[o]);
   if (i < nb) {
     for (int r = 0; r < NW; ++r) {
@@ -168,7 +174,8 @@ void q8_0_tile(int64_t n, const std::byte* w, uint64_t w_stride, const std::byte
 
 float vec_dot_q8_0(int64_t n, const void* w, const void* x) {
   float out;
-  q8_0_tile<1, 1>(n, static_cast<const std::byte*>(w), 0, static_cast<const std::byte*>(x), 0, &out);
+  q8_0_tile<1, 1>(n, static_cast<const std::byte*>(w), 0, static_cast<const std::byte*>(x), 0,
+                  &out);
   return out;
 }
 
@@ -176,7 +183,8 @@ void vec_dot_q8_0_multi(int64_t n, const void* w, const void* x, uint64_t x_stri
                         float* out) {
   const auto* wb = static_cast<const std::byte*>(w);
   const auto* xb = static_cast<const std::byte*>(x);
-  with_row_count(n_x, [&](auto nx) { q8_0_tile<1, decltype(nx)::value>(n, wb, 0, xb, x_stride, out); });
+  with_row_count(n_x,
+                 [&](auto nx) { q8_0_tile<1, decltype(nx)::value>(n, wb, 0, xb, x_stride, out); });
 }
 
 void vec_dot_q8_0_tile(int64_t n, const void* w, uint64_t w_stride, const void* x,

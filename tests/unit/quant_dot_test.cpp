@@ -470,7 +470,8 @@ TEST(VecDotTile, EveryOutputEqualsTheSingleRowKernelBitForBit) {
           std::memcpy(w.data() + r * w_stride, row.data(), row.size());
         }
         std::vector<uint8_t> xq(x_stride * kMaxDotRows);
-        for (int c = 0; c < kMaxDotRows; ++c) k.quantize(random_activations(n, rng).data(), xq.data() + c * x_stride, n);
+        for (int c = 0; c < kMaxDotRows; ++c)
+          k.quantize(random_activations(n, rng).data(), xq.data() + c * x_stride, n);
         for (int n_x = 1; n_x <= kMaxDotRows; ++n_x) {
           const uint64_t y_stride = kDotTileRows + 3;
           std::vector<float> y(y_stride * n_x, -1.0f);
@@ -479,10 +480,11 @@ TEST(VecDotTile, EveryOutputEqualsTheSingleRowKernelBitForBit) {
             for (int r = 0; r < kDotTileRows; ++r) {
               const float alone = k.vec_dot(n, w.data() + r * w_stride, xq.data() + c * x_stride);
               EXPECT_EQ(std::memcmp(&y[c * y_stride + r], &alone, sizeof(float)), 0)
-                  << type_name(t) << " " << isa_name(isa) << " n " << n << " n_x " << n_x << " row " << r
-                  << " col " << c << ": " << y[c * y_stride + r] << " vs " << alone;
+                  << type_name(t) << " " << isa_name(isa) << " n " << n << " n_x " << n_x
+                  << " row " << r << " col " << c << ": " << y[c * y_stride + r] << " vs " << alone;
             }
-            for (uint64_t r = kDotTileRows; r < y_stride; ++r) EXPECT_EQ(y[c * y_stride + r], -1.0f) << "wrote past the tile";
+            for (uint64_t r = kDotTileRows; r < y_stride; ++r)
+              EXPECT_EQ(y[c * y_stride + r], -1.0f) << "wrote past the tile";
           }
         }
       }
