@@ -1,9 +1,9 @@
 // Expert parallel splits the output head by vocabulary: every process runs every layer, but the
 // head (n_vocab rows, the largest matrix a decode token reads) would otherwise be read in full by
-// each of them, for logits that only the sampling process uses. With a HeadShard, each process
-// multiplies only its own contiguous range of the head's rows (head_rows_of) and the sampling
-// process gathers the others' logit columns. Each logit is one row's dot product with the same
-// input whichever process computes it, so the gathered logits are bit-identical to one process's.
+// each of them. With a HeadShard, each process multiplies only its own contiguous range of the
+// head's rows (head_rows_of) and the processes trade their logit columns, so each has the whole
+// rows and samples them itself. Each logit is one row's dot product with the same input whichever
+// process computes it, so the gathered logits are bit-identical to one process's.
 // The model sees this interface, never MPI (src/mpi implements it).
 #pragma once
 
@@ -30,12 +30,10 @@ class HeadShard {
   // This process's index among those sharing the head, and their number.
   virtual int head_rank() const = 0;
   virtual int head_ranks() const = 0;
-  // Whether this process receives every process's logits (the one that samples).
-  virtual bool gathers_logits() const = 0;
   // `part` (n_rows, head_rows_of(head_rank()).size()): this process's logit columns of n_rows
-  // rows. On the gathering process `logits` becomes (n_rows, n_vocab) with every process's
-  // columns; on the others `part` is sent and `logits` is cleared. Throws sluice::Error naming a
-  // process that does not answer within the deadline, or that sent a part of another size.
+  // rows, sent to every other process; `logits` becomes (n_rows, n_vocab) with every process's
+  // columns. Throws sluice::Error naming a process that does not answer within the deadline, or
+  // that sent a part of another size.
   virtual void gather_logits(const std::vector<float>& part, int64_t n_rows, int64_t n_vocab,
                              std::vector<float>& logits) = 0;
 };

@@ -51,8 +51,8 @@ int env_int(const char* name) {
 
 // One link serves both splits. --split-mode layer: stage s is rank s running spans[s].
 // --split-mode experts (a placement given): every rank runs every layer, so no hidden state
-// crosses; the link carries the step's orders, the sampled tokens, each MoE layer's slots and
-// each rank's logit columns (its rows of the output head) to the last rank, which samples.
+// crosses; the link carries the step's orders, each MoE layer's slots and each rank's logit
+// columns (its rows of the output head) to every other rank, each of which samples.
 class MpiStageLink final : public StageLink, public ExpertShard, public HeadShard {
  public:
   MpiStageLink(int rank, std::vector<std::string> hosts, std::vector<LayerSpan> spans,
@@ -138,30 +138,33 @@ class MpiStageLink final : public StageLink, public ExpertShard, public HeadShar
 
   int head_rank() const override { return rank_; }
   int head_ranks() const override { return n_stages(); }
-  // The last rank samples, as the last stage of a pipeline does (decode_steps, `logits`).
-  bool gathers_logits() const override { return last(); }
 
+  // Every rank sends its columns to every other (Isend first, as in exchange) and places theirs,
+  // so every rank ends with the whole rows and samples them itself (decode_steps): one exchange
+  // whose messages cross at once, instead of a gather to the sampling rank followed by a second
+  // trip that carries its token back.
   void gather_logits(const std::vector<float>& part, int64_t n_rows, int64_t n_vocab,
                      std::vector<float>& logits) override {
     const int n = n_stages();
-    const int root = n - 1;
-    logits.clear();
-    if (rank_ != root) {
-      MPI_Request req;
-      MPI_Isend(part.data(), static_cast<int>(part.size()), MPI_FLOAT, root, kTagLogits,
-                MPI_COMM_WORLD, &req);
-      traffic_.bytes_sent += part.size() * sizeof(float);
-      ++traffic_.messages;
-      wait_sent(&req, root, "its logits");
-      return;
-    }
     logits.resize(static_cast<size_t>(n_rows * n_vocab));
     auto place = [&](const float* from, HeadRows cols) {
       for (int64_t t = 0; t < n_rows; ++t)
         std::copy_n(from + t * cols.size(), cols.size(), logits.data() + t * n_vocab + cols.begin);
     };
+    std::vector<MPI_Request> reqs;
+    std::vector<int> peers;  // parallel to reqs
+    for (int r = 0; r < n; ++r) {
+      if (r == rank_) continue;
+      peers.push_back(r);
+      reqs.emplace_back();
+      MPI_Isend(part.data(), static_cast<int>(part.size()), MPI_FLOAT, r, kTagLogits,
+                MPI_COMM_WORLD, &reqs.back());
+      traffic_.bytes_sent += part.size() * sizeof(float);
+      ++traffic_.messages;
+    }
     place(part.data(), head_rows_of(rank_, n, n_vocab));
-    for (int r = 0; r < root; ++r) {
+    for (int r = 0; r < n; ++r) {
+      if (r == rank_) continue;
       const HeadRows cols = head_rows_of(r, n, n_vocab);
       MPI_Status st = probe(r, kTagLogits, "its logits");
       int count = 0;
@@ -179,6 +182,7 @@ class MpiStageLink final : public StageLink, public ExpertShard, public HeadShar
       ++traffic_.messages;
       place(recv_.data(), cols);
     }
+    for (size_t k = 0; k < reqs.size(); ++k) wait_sent(&reqs[k], peers[k], "its logits");
   }
 
   Traffic traffic() const override { return traffic_; }

@@ -34,7 +34,7 @@ class MpiWorld {
   std::shared_ptr<StageLink> link(const std::vector<LayerSpan>& spans, double timeout_seconds);
   // --split-mode experts: one object that is the run's link (orders, sampled tokens), this
   // rank's expert shard (ownership, slot exchange) and its share of the output head (its rows,
-  // the logits gathered on the last rank), with the same deadlines.
+  // its logit columns traded with the others), with the same deadlines.
   struct ExpertLink {
     std::shared_ptr<StageLink> link;
     std::shared_ptr<ExpertShard> shard;

@@ -1,6 +1,7 @@
 // The step primitives every runtime loop is built from (Session::generate, the Scheduler): one
 // forward pass of the engine's model, whole or as one pipeline stage, and the sampling of a step's
-// logit rows, which in a pipeline the last stage does and shares with the others.
+// logit rows, which in a pipeline the last stage does and shares with the others (expert-parallel
+// processes each hold every logit and sample alike).
 #pragma once
 
 #include <functional>
@@ -21,7 +22,8 @@ void engine_forward(Engine::Impl& engine, const Batch& batch, KvCache& kv,
 
 // One decode step of a generation (Generation::take on the step's logit rows). In a pipeline,
 // which does not draft, the last stage samples and shares the token, and the other stages
-// (without logits) account the token they receive the same way.
+// (without logits) account the token they receive the same way. Expert-parallel processes, which
+// all have the logits, each sample them.
 Generation::Step decode_step(Engine::Impl& engine, Generation& gen, std::span<const float> rows,
                              std::span<const int32_t> drafts, int n_used, int n_ctx,
                              const std::function<bool(const Generation::Sampled&)>& emit);
