@@ -308,6 +308,21 @@ std::byte* KvCache::row(int seq, int layer, int pos, bool value) const {
   return value ? base + g.v_offset + slot * g.v_bytes : base + slot * g.k_bytes;
 }
 
+void KvCache::rows(int seq, int layer, int pos, int n, bool value, const std::byte** out) const {
+  const Seq& s = *seqs_[seq];
+  const RowGeometry& g = geometry_[layer];
+  const uint64_t stride = value ? g.v_bytes : g.k_bytes;
+  const uint64_t offset = value ? g.v_offset : 0;
+  const int span = g.ring ? g.ring : kBlock;  // rows that lie contiguously
+  for (int i = 0; i < n;) {
+    const int p = pos + i, slot = p % span;
+    const std::byte* r = s.blocks[layer][g.ring ? 0 : p / kBlock] + offset + slot * stride;
+    const int m = std::min(n - i, span - slot);
+    for (int j = 0; j < m; ++j) out[i + j] = r + j * stride;
+    i += m;
+  }
+}
+
 uint64_t KvCache::allocated_bytes() const {
   uint64_t b = 0;
   for (const auto& s : seqs_)

@@ -214,7 +214,7 @@ class Attender {
     const std::byte* krows[kRun];
     for (int32_t a = all.k0; a < all.k1; a += run) {
       const int n = std::min(run, all.k1 - a);
-      for (int i = 0; i < n; ++i) rows[i] = kv_.k_row(seq, layer_, a + i);
+      kv_.k_rows(seq, layer_, a, n, rows);
       // The last key run requests the first value run.
       Ahead ahead = a + run < all.k1 ? request_run(seq, {a + run, all.k1}, run, false, it, kvh0, kvh1)
                                      : request_run(seq, all, run, true, it, kvh0, kvh1);
@@ -254,8 +254,10 @@ class Attender {
     const float* vrows[kRun];
     for (int32_t a = all.k0; a < all.k1; a += run) {
       const int n = std::min(run, all.k1 - a);
-      for (int i = 0; i < n; ++i)
-        rows[i] = p_.values_in_keys ? kv_.k_row(seq, layer_, a + i) : kv_.v_row(seq, layer_, a + i);
+      if (p_.values_in_keys)
+        kv_.k_rows(seq, layer_, a, n, rows);
+      else
+        kv_.v_rows(seq, layer_, a, n, rows);
       // The last value run requests the next segment's first key run: a thread's items are
       // consecutive segments (ThreadPool::parallel_for hands out ranges), so that is usually its
       // next item; one run per range is read in vain.
