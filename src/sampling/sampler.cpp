@@ -11,7 +11,23 @@
 namespace sluice {
 
 int32_t argmax(std::span<const float> logits) {
-  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  // std::max_element's answer (the first of the largest; a NaN is never chosen past index 0,
+  // where it wins), found in two passes without its serial chain: each of its steps reloads the
+  // current best through a pointer and compares, ~7 cycles a logit (17 µs a token at 8,192
+  // tokens, 0.3 ms at 151,936). Here the largest value comes from eight running maxima that
+  // stay in registers (`x > m ? x : m` skips NaNs, as max_element does), then its first index.
+  const size_t n = logits.size();
+  if (n == 0 || std::isnan(logits[0])) return 0;
+  constexpr size_t kLanes = 8;
+  float m[kLanes];
+  std::fill(m, m + kLanes, logits[0]);
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (size_t j = 0; j < kLanes; ++j) m[j] = logits[i + j] > m[j] ? logits[i + j] : m[j];
+  for (; i < n; ++i) m[0] = logits[i] > m[0] ? logits[i] : m[0];
+  float best = m[0];
+  for (size_t j = 1; j < kLanes; ++j) best = m[j] > best ? m[j] : best;
+  return static_cast<int32_t>(std::find(logits.begin(), logits.end(), best) - logits.begin());
 }
 
 Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) {}

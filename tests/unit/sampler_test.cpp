@@ -2,7 +2,9 @@
 // matcher that withholds text which might become a stop string.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <limits>
+#include <random>
 #include <set>
 #include <vector>
 
@@ -37,6 +39,28 @@ std::set<int32_t> support(const SamplingParams& p, int draws = 2000) {
 TEST(Sampler, GreedyPicksArgmax) {
   Sampler s(params(0.0f, 0, 1.0f, 0.0f));
   EXPECT_EQ(s.sample(kLogits), 1);
+}
+
+// argmax is std::max_element's answer on every input: ties (the first wins), signed zeros,
+// infinities, NaNs (chosen only at index 0), and lengths around its 8-wide steps.
+TEST(Sampler, ArgmaxEqualsMaxElement) {
+  std::mt19937 g(7);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> specials = {0.0f, -0.0f, inf, -inf, nan, 1.0f, 1.0f, -2.0f};
+  for (int len : {1, 2, 7, 8, 9, 15, 16, 17, 64, 1000, 8192}) {
+    for (int trial = 0; trial < 200; ++trial) {
+      std::vector<float> x(len);
+      // Few distinct values, so ties and repeated maxima are common.
+      std::uniform_int_distribution<int> pick(0, 11);
+      for (float& v : x) {
+        const int k = pick(g);
+        v = k < static_cast<int>(specials.size()) ? specials[k] : static_cast<float>(k);
+      }
+      const auto want = static_cast<int32_t>(std::max_element(x.begin(), x.end()) - x.begin());
+      ASSERT_EQ(argmax(x), want) << "length " << len << " trial " << trial;
+    }
+  }
 }
 
 TEST(Sampler, SameSeedSameSequence) {
