@@ -355,17 +355,17 @@ class Attender {
     const uint64_t head = v ? v_head_ : k_head_;
     const uint64_t bytes =
         (kvh1 - kvh0 - 1) * head + (v ? kv_head_bytes(vt_, p_.head_dim_v) : head);
-    auto row = [&](int32_t k) {
-      return (v ? kv_.v_row(seq, layer_, k) : kv_.k_row(seq, layer_, k)) + kvh0 * head;
-    };
-    const std::byte* first = row(a);
-    const std::byte* last = row(e - 1);
+    const std::byte* rows[kRun];
+    if (v)
+      kv_.v_rows(seq, layer_, a, e - a, rows);
+    else
+      kv_.k_rows(seq, layer_, a, e - a, rows);
+    const std::byte* first = rows[0] + kvh0 * head;
+    const std::byte* last = rows[e - 1 - a] + kvh0 * head;
     const uint64_t stride = p_.n_head_kv * head;
     if (bytes == stride && last == first + (e - 1 - a) * stride) return {first, last + stride};
-    for (int32_t k = a; k < e; ++k) {
-      const std::byte* r = row(k);
-      for (uint64_t off = 0; off < bytes; off += 64) __builtin_prefetch(r + off);
-    }
+    for (int32_t i = 0; i < e - a; ++i)
+      for (uint64_t off = 0; off < bytes; off += 64) __builtin_prefetch(rows[i] + kvh0 * head + off);
     return {};
   }
 
