@@ -365,7 +365,8 @@ class Attender {
     const uint64_t stride = p_.n_head_kv * head;
     if (bytes == stride && last == first + (e - 1 - a) * stride) return {first, last + stride};
     for (int32_t i = 0; i < e - a; ++i)
-      for (uint64_t off = 0; off < bytes; off += 64) __builtin_prefetch(rows[i] + kvh0 * head + off);
+      for (uint64_t off = 0; off < bytes; off += 64)
+        __builtin_prefetch(rows[i] + kvh0 * head + off);
     return {};
   }
 

@@ -144,8 +144,9 @@ std::unique_ptr<Engine> Engine::load(const EngineOptions& o) {
   if (o.head_shard && impl->link) {
     const HeadRows r = impl->model->head_rows_owned();
     const MatView v = impl->model->head_slice();
-    SLUICE_LOG_INFO("{}: output head rows {}:{} of {} ({})", impl->link->describe(impl->link->stage()),
-                    r.begin, r.end, hp.n_vocab, format_bytes(v.row_stride * static_cast<uint64_t>(v.n_out)));
+    SLUICE_LOG_INFO("{}: output head rows {}:{} of {} ({})",
+                    impl->link->describe(impl->link->stage()), r.begin, r.end, hp.n_vocab,
+                    format_bytes(v.row_stride * static_cast<uint64_t>(v.n_out)));
   }
   impl->load_seconds = timer.seconds();
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));

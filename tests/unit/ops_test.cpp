@@ -467,7 +467,8 @@ TEST(KvCache, WindowRingHoldsTheWindow) {
 // blocks of a growing layer and across the wrap of a window ring.
 TEST(KvCache, RowRunsEqualSingleRowLookups) {
   const int window = 40, step = 24, ring = window + step;
-  KvCache kv({{2, 4, 4, window}, {2, 4, 4, 0}}, 3 * KvCache::kBlock, {KvType::kF16, KvType::kF32, step});
+  KvCache kv({{2, 4, 4, window}, {2, 4, 4, 0}}, 3 * KvCache::kBlock,
+             {KvType::kF16, KvType::kF32, step});
   ASSERT_EQ(kv.layout().ring_slots(0), ring);
   const int n = 2 * KvCache::kBlock + 40;
   for (int p = 0; p < n; p += step) {
@@ -479,9 +480,11 @@ TEST(KvCache, RowRunsEqualSingleRowLookups) {
   for (const int layer : {0, 1})
     for (const auto& [from, count] : {std::pair{n - ring, ring}, {n - 50, 50}, {n - ring + 3, 7}}) {
       kv.k_rows(0, layer, from, count, got.data());
-      for (int i = 0; i < count; ++i) EXPECT_EQ(got[i], kv.k_row(0, layer, from + i)) << layer << " " << from + i;
+      for (int i = 0; i < count; ++i)
+        EXPECT_EQ(got[i], kv.k_row(0, layer, from + i)) << layer << " " << from + i;
       kv.v_rows(0, layer, from, count, got.data());
-      for (int i = 0; i < count; ++i) EXPECT_EQ(got[i], kv.v_row(0, layer, from + i)) << layer << " " << from + i;
+      for (int i = 0; i < count; ++i)
+        EXPECT_EQ(got[i], kv.v_row(0, layer, from + i)) << layer << " " << from + i;
     }
   // The growing layer from position 0, across both block boundaries.
   kv.k_rows(0, 1, 0, n, got.data());
