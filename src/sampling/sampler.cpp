@@ -13,9 +13,10 @@ namespace sluice {
 int32_t argmax(std::span<const float> logits) {
   // std::max_element's answer (the first of the largest; a NaN is never chosen past index 0,
   // where it wins), found in two passes without its serial chain: each of its steps reloads the
-  // current best through a pointer and compares, ~7 cycles a logit (17 µs a token at 8,192
-  // tokens, 0.3 ms at 151,936). Here the largest value comes from eight running maxima that
-  // stay in registers (`x > m ? x : m` skips NaNs, as max_element does), then its first index.
+  // current best through a pointer and compares (2.4 % of the trained 8,192-token model's
+  // one-thread greedy decode, most of it on that compare). Here the largest value comes from
+  // eight running maxima that stay in registers (`x > m ? x : m` skips NaNs, as max_element
+  // does), then its first index.
   const size_t n = logits.size();
   if (n == 0 || std::isnan(logits[0])) return 0;
   constexpr size_t kLanes = 8;
