@@ -100,17 +100,7 @@ class MpiStageLink final : public StageLink, public ExpertShard, public HeadShar
       ++expect[r];
       if (r == rank_) send_.insert(send_.end(), slot_out + i * n_embd, slot_out + (i + 1) * n_embd);
     }
-    std::vector<MPI_Request> reqs;
-    std::vector<int> peers;  // parallel to reqs
-    for (int r = 0; r < n; ++r) {
-      if (r == rank_) continue;
-      peers.push_back(r);
-      reqs.emplace_back();
-      MPI_Isend(send_.data(), static_cast<int>(send_.size()), MPI_FLOAT, r, kTagSlots,
-                MPI_COMM_WORLD, &reqs.back());
-      traffic_.bytes_sent += send_.size() * sizeof(float);
-      ++traffic_.messages;
-    }
+    Sends sent = send_to_others(send_, kTagSlots);
     for (int r = 0; r < n; ++r) {
       if (r == rank_) continue;
       MPI_Status st = probe(r, kTagSlots, "its experts' outputs");
@@ -133,7 +123,7 @@ class MpiStageLink final : public StageLink, public ExpertShard, public HeadShar
           from += n_embd;
         }
     }
-    for (size_t k = 0; k < reqs.size(); ++k) wait_sent(&reqs[k], peers[k], "its experts' outputs");
+    wait_all(sent, "its experts' outputs");
   }
 
   int head_rank() const override { return rank_; }
@@ -151,17 +141,7 @@ class MpiStageLink final : public StageLink, public ExpertShard, public HeadShar
       for (int64_t t = 0; t < n_rows; ++t)
         std::copy_n(from + t * cols.size(), cols.size(), logits.data() + t * n_vocab + cols.begin);
     };
-    std::vector<MPI_Request> reqs;
-    std::vector<int> peers;  // parallel to reqs
-    for (int r = 0; r < n; ++r) {
-      if (r == rank_) continue;
-      peers.push_back(r);
-      reqs.emplace_back();
-      MPI_Isend(part.data(), static_cast<int>(part.size()), MPI_FLOAT, r, kTagLogits,
-                MPI_COMM_WORLD, &reqs.back());
-      traffic_.bytes_sent += part.size() * sizeof(float);
-      ++traffic_.messages;
-    }
+    Sends sent = send_to_others(part, kTagLogits);
     place(part.data(), head_rows_of(rank_, n, n_vocab));
     for (int r = 0; r < n; ++r) {
       if (r == rank_) continue;
@@ -182,7 +162,7 @@ class MpiStageLink final : public StageLink, public ExpertShard, public HeadShar
       ++traffic_.messages;
       place(recv_.data(), cols);
     }
-    for (size_t k = 0; k < reqs.size(); ++k) wait_sent(&reqs[k], peers[k], "its logits");
+    wait_all(sent, "its logits");
   }
 
   Traffic traffic() const override { return traffic_; }
@@ -283,6 +263,29 @@ class MpiStageLink final : public StageLink, public ExpertShard, public HeadShar
       if (Clock::now() > deadline) timed_out(from, what, "has not sent");
       pause();
     }
+  }
+
+  // Sends `data` to every other rank without waiting (Isend), so that no two ranks that trade
+  // wait on each other before receiving; `data` must stay as it is until wait_all.
+  struct Sends {
+    std::vector<MPI_Request> reqs;
+    std::vector<int> peers;  // parallel to reqs
+  };
+  Sends send_to_others(std::span<const float> data, int tag) {
+    Sends s;
+    for (int r = 0; r < n_stages(); ++r) {
+      if (r == rank_) continue;
+      s.peers.push_back(r);
+      s.reqs.emplace_back();
+      MPI_Isend(data.data(), static_cast<int>(data.size()), MPI_FLOAT, r, tag, MPI_COMM_WORLD,
+                &s.reqs.back());
+      traffic_.bytes_sent += data.size_bytes();
+      ++traffic_.messages;
+    }
+    return s;
+  }
+  void wait_all(Sends& s, const char* what) const {
+    for (size_t k = 0; k < s.reqs.size(); ++k) wait_sent(&s.reqs[k], s.peers[k], what);
   }
 
   void wait_sent(MPI_Request* req, int to, const char* what) const {
