@@ -300,26 +300,24 @@ void KvCache::store(int seq, int layer, int pos, const float* k, const float* v)
   for (int h = 0; h < sh.n_head; ++h) kv_store_head(type_v(), v + h * sh.head_dim_v, sh.head_dim_v, vr + h * vhb);
 }
 
-std::byte* KvCache::row(int seq, int layer, int pos, bool value) const {
-  const Seq& s = *seqs_[seq];
+std::byte* KvCache::locate(int seq, int layer, int pos, bool value, int* contiguous) const {
   const RowGeometry& g = geometry_[layer];
-  const int slot = g.ring ? pos % g.ring : pos % kBlock;
-  std::byte* base = s.blocks[layer][g.ring ? 0 : pos / kBlock];
+  const int slot = g.ring ? pos % g.ring : pos % kBlock;  // kBlock's is a mask, not a division
+  if (contiguous) *contiguous = (g.ring ? g.ring : kBlock) - slot;
+  std::byte* base = seqs_[seq]->blocks[layer][g.ring ? 0 : pos / kBlock];
   return value ? base + g.v_offset + slot * g.v_bytes : base + slot * g.k_bytes;
 }
 
+std::byte* KvCache::row(int seq, int layer, int pos, bool value) const {
+  return locate(seq, layer, pos, value, nullptr);
+}
+
 void KvCache::rows(int seq, int layer, int pos, int n, bool value, const std::byte** out) const {
-  const Seq& s = *seqs_[seq];
-  const RowGeometry& g = geometry_[layer];
-  const uint64_t stride = value ? g.v_bytes : g.k_bytes;
-  const uint64_t offset = value ? g.v_offset : 0;
-  const int span = g.ring ? g.ring : kBlock;  // rows that lie contiguously
-  for (int i = 0; i < n;) {
-    const int p = pos + i, slot = p % span;
-    const std::byte* r = s.blocks[layer][g.ring ? 0 : p / kBlock] + offset + slot * stride;
-    const int m = std::min(n - i, span - slot);
+  const uint64_t stride = value ? geometry_[layer].v_bytes : geometry_[layer].k_bytes;
+  for (int i = 0, m = 0; i < n; i += m) {
+    const std::byte* r = locate(seq, layer, pos + i, value, &m);
+    m = std::min(m, n - i);
     for (int j = 0; j < m; ++j) out[i + j] = r + j * stride;
-    i += m;
   }
 }
 

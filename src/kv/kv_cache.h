@@ -152,6 +152,9 @@ class KvCache {
     // Rings: the lowest position whose rows are still held, per layer (0 for other layers).
     std::vector<int> ring_lo;
   };
+  // The row of `pos`, and in *contiguous (when non-null) how many rows from it on lie one after
+  // another (to the end of its block, or of the ring): the one address rule row() and rows() share.
+  std::byte* locate(int seq, int layer, int pos, bool value, int* contiguous) const;
   std::byte* row(int seq, int layer, int pos, bool value) const;
   void rows(int seq, int layer, int pos, int n, bool value, const std::byte** out) const;
   Seq& seq_ref(int seq);

@@ -37,19 +37,15 @@ std::vector<Generation::Step> decode_steps(Engine::Impl& e, std::span<const Deco
   // Every stage knows when a step sampled nothing (prefill chunks that end no prompt): no message,
   // so the next chunk can start on this stage while later stages still compute this one.
   if (jobs.empty()) return out;
-  if (!e.link) {
+  if (e.link)
+    for (const DecodeJob& j : jobs)
+      if (!j.drafts.empty()) fail("a pipeline does not verify drafts");
+  // One process, or expert parallel: every process has every logit row (HeadShard::gather_logits)
+  // and the same generation state (prompt, options, seed, tokens so far), so each samples the same
+  // tokens itself and none waits for a message carrying them.
+  if (!e.link || !e.link->splits_layers()) {
     for (size_t i = 0; i < jobs.size(); ++i)
       out[i] = jobs[i].gen->take(jobs[i].rows, jobs[i].drafts, jobs[i].n_used, n_ctx, jobs[i].emit);
-    return out;
-  }
-  for (const DecodeJob& j : jobs)
-    if (!j.drafts.empty()) fail("a pipeline does not verify drafts");
-  // Expert parallel: every process has every logit row (HeadShard::gather_logits) and the same
-  // generation state (prompt, options, seed, tokens so far), so each samples the same tokens
-  // itself and none waits for a message carrying them.
-  if (!e.link->splits_layers()) {
-    for (size_t i = 0; i < jobs.size(); ++i)
-      out[i] = jobs[i].gen->take(jobs[i].rows, {}, jobs[i].n_used, n_ctx, jobs[i].emit);
     return out;
   }
   // Every stage counts the same tokens against the same limits, so all stop together; -1 marks a
