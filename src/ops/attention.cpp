@@ -47,9 +47,9 @@ constexpr int32_t kSegment = 256;
 // 128 dims are 16 KB, which stay in L1 while every query of the item uses them.
 constexpr int32_t kRun = 32;
 // The run of a one-token item, which requests the next run while it computes this one: 16 whole
-// f16 rows of 4 KV heads (16 KB) and the 16 requested fit a 48 KB L1 together, where two runs of 32
-// did not, and the requested lines evicted the ones in use (decode at 16k, f16: 2.2-2.5 ms a layer
-// with runs of 32 requested at once, 1.5-1.9 with runs of 16 requested as below).
+// f16 rows of 4 KV heads (16 KB). Measured per layer in a pass (bench_attention DecodeInPass/1,
+// f16, Zen 4, requests into L2): 565-590 us at depth 4096 with runs of 16, 587-621 with 8, 644-646
+// with 32; requesting two runs ahead instead of one, 573-620.
 constexpr int32_t kPrefetchedRun = 16;
 // Most tokens per item: their queries and a key run fit L1 together; more tokens would also make
 // fewer items than threads can balance.
@@ -111,6 +111,15 @@ T* sized(std::vector<T>& v, size_t n) {
   return v.data();
 }
 
+// Requests the cache line at p into L2 only (prefetcht1). The rows are used a run later, and a
+// request into L1 (prefetcht0) evicts lines the kernels are reading and holds L1's fill buffers
+// while it waits on memory: decode attention in a pass (bench_attention DecodeInPass/1, f16, Zen 4)
+// took 935-970 us a layer at depth 4096 and 3350-3517 at 16384 requesting into L1, 565-590 and
+// 2209-2239 into L2. The kernels' loads then hit L2, whose latency the out-of-order core hides.
+inline void request_line(const std::byte* p) {
+  __builtin_prefetch(p, 0, 2);
+}
+
 // A contiguous range of cache lines to request, a share at a time.
 struct Ahead {
   const std::byte* p = nullptr;
@@ -122,7 +131,7 @@ struct Ahead {
   // Requests the next 1/parts of the range (the remainder with the last share).
   void issue_share(int parts) {
     for (uint64_t n = (lines + parts - 1) / parts; n > 0 && p < end; --n, p += 64)
-      __builtin_prefetch(p);
+      request_line(p);
   }
 };
 
@@ -366,7 +375,7 @@ class Attender {
     if (bytes == stride && last == first + (e - 1 - a) * stride) return {first, last + stride};
     for (int32_t i = 0; i < e - a; ++i)
       for (uint64_t off = 0; off < bytes; off += 64)
-        __builtin_prefetch(rows[i] + kvh0 * head + off);
+        request_line(rows[i] + kvh0 * head + off);
     return {};
   }
 
