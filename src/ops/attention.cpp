@@ -130,8 +130,7 @@ struct Ahead {
       : p(first), end(last), lines(static_cast<uint64_t>(last - first + 63) / 64) {}
   // Requests the next 1/parts of the range (the remainder with the last share).
   void issue_share(int parts) {
-    for (uint64_t n = (lines + parts - 1) / parts; n > 0 && p < end; --n, p += 64)
-      request_line(p);
+    for (uint64_t n = (lines + parts - 1) / parts; n > 0 && p < end; --n, p += 64) request_line(p);
   }
 };
 
@@ -374,8 +373,7 @@ class Attender {
     const uint64_t stride = p_.n_head_kv * head;
     if (bytes == stride && last == first + (e - 1 - a) * stride) return {first, last + stride};
     for (int32_t i = 0; i < e - a; ++i)
-      for (uint64_t off = 0; off < bytes; off += 64)
-        request_line(rows[i] + kvh0 * head + off);
+      for (uint64_t off = 0; off < bytes; off += 64) request_line(rows[i] + kvh0 * head + off);
     return {};
   }
 
