@@ -48,8 +48,8 @@ constexpr int32_t kSegment = 256;
 constexpr int32_t kRun = 32;
 // The run of a one-token item, which requests the next run while it computes this one: 16 whole
 // f16 rows of 4 KV heads (16 KB). Measured per layer in a pass (bench_attention DecodeInPass/1,
-// f16, Zen 4, requests into L2): 565-590 us at depth 4096 with runs of 16, 587-621 with 8, 644-646
-// with 32; requesting two runs ahead instead of one, 573-620.
+// f16, Zen 4, requests into L2, one interleaved set of runs): 565-590 us at depth 4096 with runs
+// of 16, 587-621 with 8, 644-646 with 32; requesting two runs ahead instead of one, 573-620.
 constexpr int32_t kPrefetchedRun = 16;
 // Most tokens per item: their queries and a key run fit L1 together; more tokens would also make
 // fewer items than threads can balance.
@@ -114,8 +114,9 @@ T* sized(std::vector<T>& v, size_t n) {
 // Requests the cache line at p into L2 only (prefetcht1). The rows are used a run later, and a
 // request into L1 (prefetcht0) evicts lines the kernels are reading and holds L1's fill buffers
 // while it waits on memory: decode attention in a pass (bench_attention DecodeInPass/1, f16, Zen 4)
-// took 935-970 us a layer at depth 4096 and 3350-3517 at 16384 requesting into L1, 565-590 and
-// 2209-2239 into L2. The kernels' loads then hit L2, whose latency the out-of-order core hides.
+// took 935-970 us a layer at depth 4096 and 3350-3517 at 16384 requesting into L1, 565-654 and
+// 2209-2239 into L2 (not measured on other CPUs). The kernels' loads then hit L2, whose latency
+// the out-of-order core hides.
 inline void request_line(const std::byte* p) {
   __builtin_prefetch(p, 0, 2);
 }
