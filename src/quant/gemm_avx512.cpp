@@ -494,7 +494,7 @@ void gemm_impl(const GemmFormat& f, PackTileFn pack, int64_t n, const std::byte*
     pack(f, w + r0 * w_stride, w_stride, rows, n_units, last_groups, packed);
     // The next tile's rows are fetched into L2 (prefetcht1) while this one is multiplied: weights
     // of a large or freshly loaded matrix come from DRAM, and unpacking would otherwise wait on
-    // each line. Into L1 (prefetcht0) they evicted lines in use: pp512 of the 16-layer
+    // each line. Requested into L1 (prefetcht0) instead, prefill was slower: pp512 of the 16-layer
     // qwen3-30b-a3b preset, 2 threads, Zen 4, 6 interleaved rounds: 176-186 t/s (the first round
     // 149), 180-194 into L2.
     const int64_t next_rows = std::min<int64_t>(kTileRows, n_w - r0 - kTileRows);
