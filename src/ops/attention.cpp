@@ -111,12 +111,13 @@ T* sized(std::vector<T>& v, size_t n) {
   return v.data();
 }
 
-// Requests the cache line at p into L2 only (prefetcht1). The rows are used a run later, and a
-// request into L1 (prefetcht0) evicts lines the kernels are reading and holds L1's fill buffers
-// while it waits on memory: decode attention in a pass (bench_attention DecodeInPass/1, f16, Zen 4)
-// took 935-970 us a layer at depth 4096 and 3350-3517 at 16384 requesting into L1, 565-654 and
-// 2209-2239 into L2 (not measured on other CPUs). The kernels' loads then hit L2, whose latency
-// the out-of-order core hides.
+// Requests the cache line at p into L2 only (prefetcht1). The rows are used a run later; a
+// request into L1 (prefetcht0) competes for L1 with the lines the kernels read (longer runs
+// requested into L1 were slower: 1052-1064 us for 32 rows against 935-970 for 16). Decode
+// attention in a pass (bench_attention DecodeInPass/1, f16, Zen 4) took 935-970 us a layer at
+// depth 4096 and 3350-3517 at 16384 requesting into L1, 565-654 and 2209-2239 into L2 (not
+// measured on other CPUs). The kernels' loads then hit L2, whose latency the out-of-order core
+// hides.
 inline void request_line(const std::byte* p) {
   __builtin_prefetch(p, 0, 2);
 }
