@@ -104,6 +104,7 @@ thread_local std::vector<float> t_max;     // (block tokens, slots) a segment's 
 thread_local std::vector<float> t_sum;     // (block tokens, slots) its exp-sums
 thread_local std::vector<float> t_out;     // (block tokens, slots, head_dim_v) running sums
 thread_local std::vector<State> t_state;   // (block tokens, slots) running states
+thread_local std::vector<float> t_keys;    // (kRun, head_dim_k) a key run widened in tiles
 
 template <class T>
 T* sized(std::vector<T>& v, size_t n) {
@@ -222,6 +223,10 @@ class Attender {
     const Span next_keys{s1, std::min(s1 + kSegment, last_position(it) + 1)};
     const std::byte* rows[kRun];
     const std::byte* krows[kRun];
+    // A block of several tokens widens each run's keys once per KV head and scores every token
+    // from them: no lane sums and no widening per token (tiled_key_scores gives key_scores' bits).
+    const bool tiled = it.nb > 1 && tiles_.tiled_key_scores && p_.head_dim_k % kKeyTile == 0;
+    float* kt = tiled ? sized(t_keys, static_cast<size_t>(kRun) * p_.head_dim_k) : nullptr;
     for (int32_t a = all.k0; a < all.k1; a += run) {
       const int n = std::min(run, all.k1 - a);
       kv_.k_rows(seq, layer_, a, n, rows);
@@ -232,15 +237,21 @@ class Attender {
         ahead.issue_share(it.ng);
         const Group gr = group(it.g0 + gi);
         for (int i = 0; i < n; ++i) krows[i] = rows[i] + gr.kvh * k_head_;
+        if (tiled) tiles_.widen_keys(p_.head_dim_k, krows, n, kt);
         for (int b = 0; b < it.nb; ++b) {
           const int32_t s = std::max(a, sp[b].k0), e = std::min(a + n, sp[b].k1);
           if (s >= e) continue;
           const float* qb = q_ + ((it.t0 + b) * p_.n_head + gr.h0) * p_.head_dim_k;
           float* out = sc + (static_cast<int64_t>(b) * ns + gi * kGroupHeads) * kSegment + (s - s0);
-          for (int j0 = 0; j0 < gr.nh; j0 += kMaxTileQueries)
-            tiles_.key_scores(p_.head_dim_k, krows + (s - a), e - s, qb + j0 * p_.head_dim_k,
-                              p_.head_dim_k, std::min(kMaxTileQueries, gr.nh - j0),
-                              out + j0 * kSegment, kSegment);
+          for (int j0 = 0; j0 < gr.nh; j0 += kMaxTileQueries) {
+            const int nq = std::min(kMaxTileQueries, gr.nh - j0);
+            if (tiled)
+              tiles_.tiled_key_scores(p_.head_dim_k, kt, s - a, e - a, qb + j0 * p_.head_dim_k,
+                                      p_.head_dim_k, nq, out + j0 * kSegment, kSegment);
+            else
+              tiles_.key_scores(p_.head_dim_k, krows + (s - a), e - s, qb + j0 * p_.head_dim_k,
+                                p_.head_dim_k, nq, out + j0 * kSegment, kSegment);
+          }
         }
       }
     }

@@ -84,6 +84,64 @@ void key_scores_q4_0(int64_t dim, const std::byte* const* k_rows, int n_keys, co
   key_scores<q4_0_at>(dim, k_rows, n_keys, q, q_stride, n_q, scores, s_stride);
 }
 
+namespace {
+
+// Where a widened tile keeps dim d of its key kk (see attn_tiles_avx512.cpp): blocks of 4 keys
+// × 4 dims, lane 4m + b of vector (d/16)·16 + 4g + kg holding dim 16(d/16) + 4g + b of key kg + 4m.
+int64_t tile_index(int kk, int64_t d) {
+  const int64_t g = d % 16 / 4, kg = kk % 4, m = kk / 4;
+  return (d / 16 * 16 + 4 * g + kg) * 16 + 4 * m + d % 4;
+}
+
+template <float (*At)(const std::byte*, int64_t)>
+void widen_keys(int64_t dim, const std::byte* const* k_rows, int n_keys, float* kt) {
+  const int tiles = (n_keys + kKeyTile - 1) / kKeyTile;
+  for (int tile = 0; tile < tiles; ++tile)
+    for (int kk = 0; kk < kKeyTile; ++kk) {
+      const int k = tile * kKeyTile + kk;
+      for (int64_t d = 0; d < dim; ++d)
+        kt[tile * dim * kKeyTile + tile_index(kk, d)] = k < n_keys ? At(k_rows[k], d) : 0.0f;
+    }
+}
+
+}  // namespace
+
+void widen_keys_f32(int64_t dim, const std::byte* const* k_rows, int n_keys, float* kt) {
+  widen_keys<f32_at>(dim, k_rows, n_keys, kt);
+}
+void widen_keys_f16(int64_t dim, const std::byte* const* k_rows, int n_keys, float* kt) {
+  widen_keys<f16_at>(dim, k_rows, n_keys, kt);
+}
+void widen_keys_bf16(int64_t dim, const std::byte* const* k_rows, int n_keys, float* kt) {
+  widen_keys<bf16_at>(dim, k_rows, n_keys, kt);
+}
+void widen_keys_q8_0(int64_t dim, const std::byte* const* k_rows, int n_keys, float* kt) {
+  widen_keys<q8_0_at>(dim, k_rows, n_keys, kt);
+}
+void widen_keys_q4_0(int64_t dim, const std::byte* const* k_rows, int n_keys, float* kt) {
+  widen_keys<q4_0_at>(dim, k_rows, n_keys, kt);
+}
+
+// The AVX-512 set's order: 16 partials (dims d ≡ j mod 16, in order, fused multiply-adds), then
+// pairs j, j + 8; then j, j + 4; j, j + 2; j, j + 1.
+void tiled_key_scores(int64_t dim, const float* kt, int k0, int k1, const float* q,
+                      int64_t q_stride, int n_q, float* scores, int64_t s_stride) {
+  for (int k = k0; k < k1; ++k) {
+    const float* tile = kt + static_cast<int64_t>(k / kKeyTile) * dim * kKeyTile;
+    for (int t = 0; t < n_q; ++t) {
+      float p[16];
+      for (int j = 0; j < 16; ++j) {
+        p[j] = 0.0f;
+        for (int64_t c = 0; c < dim; c += 16)
+          p[j] = std::fma(tile[tile_index(k % kKeyTile, c + j)], q[t * q_stride + c + j], p[j]);
+      }
+      for (int w = 8; w >= 1; w /= 2)
+        for (int j = 0; j < w; ++j) p[j] += p[j + w];
+      scores[t * s_stride + k - k0] = p[0];
+    }
+  }
+}
+
 void value_sums(int64_t dim, const float* const* v_rows, int n_keys, const float* w,
                 int64_t w_stride, int n_q, float* acc, int64_t acc_stride) {
   for (int t = 0; t < n_q; ++t)

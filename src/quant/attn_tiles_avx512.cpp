@@ -2,7 +2,9 @@
 // and up to kMaxTileQueries queries per call (a whole GQA group of 8 heads), so a decode step
 // widens each stored key and value row once for all the heads that read it. Key scores: stored key
 // rows (f32, f16, bf16, q8_0 or q4_0) against the queries, one accumulator per (key, query),
-// reduced 16 at a time by one shuffle tree (sum16) whose order is the same for every score. Value
+// reduced 16 at a time by one shuffle tree (sum16) whose order is the same for every score; a
+// block of queries (prefill) scores keys widened once into tiles with the same partials and tree,
+// across vectors instead of lanes (widen_keys, tiled_key_scores), so it gets the same bits. Value
 // sums: acc = fma(w, v, acc) per element, keys in order, exactly the AVX2 kernels' operations
 // (tails through masked lanes).
 #include <immintrin.h>
@@ -260,6 +262,95 @@ void value_sums(int64_t dim, const Row* v_rows, int n_keys, const float* w, int6
   });
 }
 
+// A widened tile of 16 keys in blocks of 4 keys × 4 dims: the vector at ((c/16)·16 + 4g + kg)·16
+// floats holds, in lane 4m + b, dim c + 4g + b of key kg + 4m. Forming it from the rows moves
+// whole 128-bit lanes only (a 4 × 4 transpose of lanes), and scoring it leaves each key's score
+// in lane (its index), as below.
+template <class L>
+void widen_keys(int64_t dim, const std::byte* const* k_rows, int n_keys, float* kt) {
+  for (int k0 = 0; k0 < n_keys; k0 += kKeyTile) {
+    const int nk = n_keys - k0 < kKeyTile ? n_keys - k0 : kKeyTile;
+    float* tile = kt + k0 * dim;
+    for (int64_t c = 0; c < dim; c += 16)
+#pragma GCC unroll 4
+      for (int kg = 0; kg < 4; ++kg) {
+        __m512 r[4];
+#pragma GCC unroll 4
+        for (int m = 0; m < 4; ++m)
+          r[m] = kg + 4 * m < nk ? L::load(k_rows[k0 + kg + 4 * m], c) : _mm512_setzero_ps();
+        // t0: lanes 0, 1 of r0 then of r1; t1: lanes 2, 3 of each; t2, t3 likewise of r2, r3.
+        const __m512 t0 = _mm512_shuffle_f32x4(r[0], r[1], 0x44);
+        const __m512 t1 = _mm512_shuffle_f32x4(r[0], r[1], 0xEE);
+        const __m512 t2 = _mm512_shuffle_f32x4(r[2], r[3], 0x44);
+        const __m512 t3 = _mm512_shuffle_f32x4(r[2], r[3], 0xEE);
+        float* o = tile + (c + kg) * 16;
+        _mm512_storeu_ps(o, _mm512_shuffle_f32x4(t0, t2, 0x88));           // lanes g = 0
+        _mm512_storeu_ps(o + 4 * 16, _mm512_shuffle_f32x4(t0, t2, 0xDD));  // g = 1
+        _mm512_storeu_ps(o + 8 * 16, _mm512_shuffle_f32x4(t1, t3, 0x88));  // g = 2
+        _mm512_storeu_ps(o + 12 * 16, _mm512_shuffle_f32x4(t1, t3, 0xDD));
+      }
+  }
+}
+
+// Accumulates blocks g and g + 2 of every 16 dims into a[t][h][kg] (h = 0, 1): lane 4m + b of
+// a[t][h][kg] is the partial of dims ≡ 4(g + 2h) + b (mod 16) of key kg + 4m, in order.
+template <int NX>
+inline __attribute__((always_inline)) void tile_pass(int64_t dim, const float* tile, const float* q,
+                                                     int64_t q_stride, int g,
+                                                     __m512 (&a)[NX][2][4]) {
+#pragma GCC unroll 2
+  for (int t = 0; t < NX; ++t)
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h)
+#pragma GCC unroll 4
+      for (int kg = 0; kg < 4; ++kg) a[t][h][kg] = _mm512_setzero_ps();
+  for (int64_t c = 0; c < dim; c += 16)
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const int gg = g + 2 * h;
+      __m512 v[4];
+#pragma GCC unroll 4
+      for (int kg = 0; kg < 4; ++kg) {
+        v[kg] = _mm512_loadu_ps(tile + (c + 4 * gg + kg) * 16);
+        asm("" : "+v"(v[kg]));  // one load for every query (GCC would fold it into each FMA)
+      }
+#pragma GCC unroll 2
+      for (int t = 0; t < NX; ++t) {
+        const __m512 qb = _mm512_broadcast_f32x4(_mm_loadu_ps(q + t * q_stride + c + 4 * gg));
+#pragma GCC unroll 4
+        for (int kg = 0; kg < 4; ++kg) a[t][h][kg] = _mm512_fmadd_ps(v[kg], qb, a[t][h][kg]);
+      }
+    }
+}
+
+// NX queries' scores of one widened tile, by sum16's tree: blocks g + 2 added to g (l + l⁺⁸),
+// then block 1 to block 0 (+ l⁺⁴), then within each 128-bit lane (+ l⁺², + l⁺¹), where the last
+// two steps gather key kg + 4m into lane 4m + kg.
+template <int NX>
+inline __attribute__((always_inline)) void tile_scores(int64_t dim, const float* tile,
+                                                       const float* q, int64_t q_stride,
+                                                       __m512* s) {
+  __m512 a[NX][2][4], x0[NX][4];
+  tile_pass<NX>(dim, tile, q, q_stride, 0, a);
+#pragma GCC unroll 2
+  for (int t = 0; t < NX; ++t)
+#pragma GCC unroll 4
+    for (int kg = 0; kg < 4; ++kg) x0[t][kg] = _mm512_add_ps(a[t][0][kg], a[t][1][kg]);
+  tile_pass<NX>(dim, tile, q, q_stride, 1, a);
+#pragma GCC unroll 2
+  for (int t = 0; t < NX; ++t) {
+    __m512 y[4];
+#pragma GCC unroll 4
+    for (int kg = 0; kg < 4; ++kg)
+      y[kg] = _mm512_add_ps(x0[t][kg], _mm512_add_ps(a[t][0][kg], a[t][1][kg]));
+    const __m512 e0 = _mm512_add_ps(_mm512_shuffle_ps(y[0], y[1], 0x44),
+                                    _mm512_shuffle_ps(y[0], y[1], 0xEE)),
+                 e1 = _mm512_add_ps(_mm512_shuffle_ps(y[2], y[3], 0x44),
+                                    _mm512_shuffle_ps(y[2], y[3], 0xEE));
+    s[t] = _mm512_add_ps(_mm512_shuffle_ps(e0, e1, 0x88), _mm512_shuffle_ps(e0, e1, 0xDD));
+  }
+}
+
 // avx2::exp_nonpositive on 16 lanes: the same operations lane by lane, so every weight is equal.
 __m512 exp_nonpositive(__m512 x) {
   const __m512 lo = _mm512_set1_ps(exp_poly::kExpLow);
@@ -367,6 +458,54 @@ void value_sums_q8_0(int64_t dim, const std::byte* const* v_rows, int n_keys, co
 void value_sums_q4_0(int64_t dim, const std::byte* const* v_rows, int n_keys, const float* w,
                      int64_t w_stride, int n_q, float* acc, int64_t acc_stride) {
   value_sums<LoadQ4_0>(dim, v_rows, n_keys, w, w_stride, n_q, acc, acc_stride);
+}
+
+void widen_keys_f32(int64_t dim, const std::byte* const* k_rows, int n_keys, float* kt) {
+  widen_keys<LoadF32>(dim, k_rows, n_keys, kt);
+}
+void widen_keys_f16(int64_t dim, const std::byte* const* k_rows, int n_keys, float* kt) {
+  widen_keys<LoadF16>(dim, k_rows, n_keys, kt);
+}
+void widen_keys_bf16(int64_t dim, const std::byte* const* k_rows, int n_keys, float* kt) {
+  widen_keys<LoadBf16>(dim, k_rows, n_keys, kt);
+}
+void widen_keys_q8_0(int64_t dim, const std::byte* const* k_rows, int n_keys, float* kt) {
+  widen_keys<LoadQ8_0>(dim, k_rows, n_keys, kt);
+}
+void widen_keys_q4_0(int64_t dim, const std::byte* const* k_rows, int n_keys, float* kt) {
+  widen_keys<LoadQ4_0>(dim, k_rows, n_keys, kt);
+}
+
+// Whole tiles are scored and stored through a mask; a first tile that starts before k0 (a token
+// whose window starts inside the run) goes through a buffer.
+void tiled_key_scores(int64_t dim, const float* kt, int k0, int k1, const float* q,
+                      int64_t q_stride, int n_q, float* scores, int64_t s_stride) {
+  for (int a = k0 / kKeyTile * kKeyTile; a < k1; a += kKeyTile) {
+    const int from = a > k0 ? a : k0, to = a + kKeyTile < k1 ? a + kKeyTile : k1;
+    const float* tile = kt + static_cast<int64_t>(a) * dim;
+    auto put = [&](int t, __m512 v) {
+      float* out = scores + t * s_stride + (from - k0);
+      if (from == a) {
+        _mm512_mask_storeu_ps(out, tail_mask(to - a), v);
+      } else {
+        alignas(64) float buf[kKeyTile];
+        _mm512_store_ps(buf, v);
+        for (int k = from; k < to; ++k) out[k - from] = buf[k - a];
+      }
+    };
+    int t = 0;
+    for (; t + 2 <= n_q; t += 2) {
+      __m512 s[2];
+      tile_scores<2>(dim, tile, q + t * q_stride, q_stride, s);
+      put(t, s[0]);
+      put(t + 1, s[1]);
+    }
+    if (t < n_q) {
+      __m512 s[1];
+      tile_scores<1>(dim, tile, q + t * q_stride, q_stride, s);
+      put(t, s[0]);
+    }
+  }
 }
 
 }  // namespace sluice::avx512

@@ -296,30 +296,36 @@ AttentionTiles attention_tiles(GgmlType key_storage, Isa isa) {
       t.key_scores = wide   ? avx512::key_scores_f32
                      : simd ? avx2::key_scores_f32
                             : scalar::key_scores_f32;
+      if (wide) t.widen_keys = avx512::widen_keys_f32;
       break;
     case GgmlType::F16:
       t.key_scores = wide   ? avx512::key_scores_f16
                      : simd ? avx2::key_scores_f16
                             : scalar::key_scores_f16;
+      if (wide) t.widen_keys = avx512::widen_keys_f16;
       break;
     case GgmlType::BF16:
       t.key_scores = wide   ? avx512::key_scores_bf16
                      : simd ? avx2::key_scores_bf16
                             : scalar::key_scores_bf16;
+      if (wide) t.widen_keys = avx512::widen_keys_bf16;
       break;
     case GgmlType::Q8_0:
       t.key_scores = wide   ? avx512::key_scores_q8_0
                      : simd ? avx2::key_scores_q8_0
                             : scalar::key_scores_q8_0;
+      if (wide) t.widen_keys = avx512::widen_keys_q8_0;
       break;
     case GgmlType::Q4_0:
       t.key_scores = wide   ? avx512::key_scores_q4_0
                      : simd ? avx2::key_scores_q4_0
                             : scalar::key_scores_q4_0;
+      if (wide) t.widen_keys = avx512::widen_keys_q4_0;
       break;
     default:
       break;
   }
+  if (t.widen_keys) t.tiled_key_scores = avx512::tiled_key_scores;
   return t;
 }
 

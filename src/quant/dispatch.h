@@ -64,8 +64,12 @@ inline DotKernels dot_kernels(GgmlType weight) {
 
 // Attention tile kernels of a set (see KeyScoresFn in quant/kernels.h). key_scores reads the KV
 // cache's key types (F32, F16, BF16, Q8_0, Q4_0) and is null for any other.
+// widen_keys / tiled_key_scores (the AVX-512 set only, else null) score a block of queries from
+// keys widened once, with the same bits as key_scores.
 struct AttentionTiles {
   KeyScoresFn key_scores = nullptr;
+  WidenKeysFn widen_keys = nullptr;
+  TiledKeyScoresFn tiled_key_scores = nullptr;
   ValueSumsFn value_sums = nullptr;
   ExpScoresFn exp_scores = nullptr;
 };

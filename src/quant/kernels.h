@@ -75,6 +75,20 @@ using ValueSumsFn = void (*)(int64_t dim, const float* const* v_rows, int n_keys
 using StoredValueSumsFn = void (*)(int64_t dim, const std::byte* const* v_rows, int n_keys,
                                    const float* w, int64_t w_stride, int n_q, float* acc,
                                    int64_t acc_stride);
+// Keys widened once for a block of queries (prefill), the AVX-512 set only: a run of key rows is
+// widened to f32 and rearranged into tiles of kKeyTile keys (dim × kKeyTile floats each, in the
+// kernel's order), so the scores of 16 keys come out of one vector with no lane sums per key and
+// query, while every score keeps the summation order of that set's key_scores (16 lane partials
+// over dims d ≡ j mod 16, in order, then the same fixed tree): a query scored from the widened
+// tiles or from the stored rows gets the same bits, as a prefill chunk and a one-token decode
+// must. dim is a multiple of kKeyTile.
+inline constexpr int kKeyTile = 16;
+// Widens n_keys stored rows into kt; keys past n_keys in the last tile are zero.
+using WidenKeysFn = void (*)(int64_t dim, const std::byte* const* k_rows, int n_keys, float* kt);
+// Scores of keys [k0, k1) of a widened run (from its first key) against n_q (1..kMaxTileQueries)
+// queries into scores[t * s_stride + k - k0].
+using TiledKeyScoresFn = void (*)(int64_t dim, const float* kt, int k0, int k1, const float* q,
+                                  int64_t q_stride, int n_q, float* scores, int64_t s_stride);
 // Softmax numerators of one query's scores in place: s[i] = exp(scale·s[i] − m) with m the
 // largest scale·s[i], written to *max; returns Σ s[i]. n ≥ 1.
 using ExpScoresFn = float (*)(float* s, int64_t n, float scale, float* max);
@@ -93,6 +107,14 @@ void key_scores_bf16(int64_t dim, const std::byte* const* k_rows, int n_keys, co
                      int64_t q_stride, int n_q, float* scores, int64_t s_stride);
 void value_sums(int64_t dim, const float* const* v_rows, int n_keys, const float* w,
                 int64_t w_stride, int n_q, float* acc, int64_t acc_stride);
+// Twins of the AVX-512 widened-key kernels (same operations in the same order, std::fma).
+void widen_keys_f32(int64_t dim, const std::byte* const* k_rows, int n_keys, float* kt);
+void widen_keys_f16(int64_t dim, const std::byte* const* k_rows, int n_keys, float* kt);
+void widen_keys_bf16(int64_t dim, const std::byte* const* k_rows, int n_keys, float* kt);
+void widen_keys_q8_0(int64_t dim, const std::byte* const* k_rows, int n_keys, float* kt);
+void widen_keys_q4_0(int64_t dim, const std::byte* const* k_rows, int n_keys, float* kt);
+void tiled_key_scores(int64_t dim, const float* kt, int k0, int k1, const float* q,
+                      int64_t q_stride, int n_q, float* scores, int64_t s_stride);
 float exp_scores(float* s, int64_t n, float scale, float* max);
 void value_sums_f16(int64_t dim, const std::byte* const* v_rows, int n_keys, const float* w,
                     int64_t w_stride, int n_q, float* acc, int64_t acc_stride);
@@ -271,6 +293,14 @@ void value_sums_q8_0(int64_t dim, const std::byte* const* v_rows, int n_keys, co
                      int64_t w_stride, int n_q, float* acc, int64_t acc_stride);
 void value_sums_q4_0(int64_t dim, const std::byte* const* v_rows, int n_keys, const float* w,
                      int64_t w_stride, int n_q, float* acc, int64_t acc_stride);
+// Widened keys (see WidenKeysFn): scores equal key_scores_* above bit for bit.
+void widen_keys_f32(int64_t dim, const std::byte* const* k_rows, int n_keys, float* kt);
+void widen_keys_f16(int64_t dim, const std::byte* const* k_rows, int n_keys, float* kt);
+void widen_keys_bf16(int64_t dim, const std::byte* const* k_rows, int n_keys, float* kt);
+void widen_keys_q8_0(int64_t dim, const std::byte* const* k_rows, int n_keys, float* kt);
+void widen_keys_q4_0(int64_t dim, const std::byte* const* k_rows, int n_keys, float* kt);
+void tiled_key_scores(int64_t dim, const float* kt, int k0, int k1, const float* q,
+                      int64_t q_stride, int n_q, float* scores, int64_t s_stride);
 }  // namespace avx512
 
 }  // namespace sluice

@@ -7,10 +7,12 @@
 #include <cstddef>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "quant/dequant.h"
 #include "quant/dispatch.h"
+#include "quant/kernels.h"
 
 namespace sluice {
 namespace {
@@ -195,6 +197,87 @@ TEST(AttentionTiles, ExpScoresEqualAcrossSimdSets) {
       EXPECT_EQ(ma, mb);
       EXPECT_EQ(sa, sb) << "n " << n << " spread " << spread;
       EXPECT_EQ(a, b) << "n " << n << " spread " << spread;
+    }
+}
+
+// n_keys rows of `dim` values (a multiple of 32) in blocks of q8_0 or q4_0: random scales and
+// codes, any of which is a valid stored row.
+std::vector<std::byte> random_block_rows(GgmlType type, int dim, int n_keys, std::mt19937& rng) {
+  const int block = type == GgmlType::Q8_0 ? 34 : 18;
+  std::uniform_real_distribution<float> scale(0.005f, 0.1f);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::vector<std::byte> bytes(static_cast<size_t>(dim / 32) * block * n_keys);
+  for (size_t b = 0; b < bytes.size(); b += block) {
+    const uint16_t d = fp32_to_fp16(scale(rng));
+    std::memcpy(bytes.data() + b, &d, 2);
+    for (int i = 2; i < block; ++i) bytes[b + i] = static_cast<std::byte>(byte(rng));
+  }
+  return bytes;
+}
+
+using WidenFn = void (*)(int64_t, const std::byte* const*, int, float*);
+WidenFn scalar_widen(GgmlType t) {
+  switch (t) {
+    case GgmlType::F32:
+      return scalar::widen_keys_f32;
+    case GgmlType::F16:
+      return scalar::widen_keys_f16;
+    case GgmlType::BF16:
+      return scalar::widen_keys_bf16;
+    case GgmlType::Q8_0:
+      return scalar::widen_keys_q8_0;
+    default:
+      return scalar::widen_keys_q4_0;
+  }
+}
+
+// Keys widened once for a block of queries (prefill) score with the bits of key_scores over the
+// stored rows, for every key type, query count and key range, so a prefill chunk and a one-token
+// decode agree; the scalar twins give the same bits as the AVX-512 kernels.
+TEST(AttentionTiles, WidenedKeysScoreAsStoredRows) {
+  if (!cpu_has_avx512()) GTEST_SKIP() << "needs AVX-512";
+  std::mt19937 rng(19);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  constexpr int kQ = kMaxTileQueries;
+  for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0})
+    for (int dim : {16, 64, 128, 576}) {
+      const bool blocks = t == GgmlType::Q8_0 || t == GgmlType::Q4_0;
+      if (blocks && dim % 32 != 0) continue;
+      const int n_keys = 37;
+      std::vector<std::byte> bytes;
+      std::vector<const std::byte*> rows;
+      if (blocks) {
+        bytes = random_block_rows(t, dim, n_keys, rng);
+        for (int k = 0; k < n_keys; ++k) rows.push_back(bytes.data() + bytes.size() / n_keys * k);
+      } else {
+        const Keys k = random_keys(t, dim, n_keys, rng);
+        bytes = k.bytes;
+        for (int r = 0; r < n_keys; ++r) rows.push_back(bytes.data() + k.bytes.size() / n_keys * r);
+      }
+      const AttentionTiles wide = attention_tiles(t, Isa::Avx512);
+      ASSERT_NE(wide.tiled_key_scores, nullptr) << type_name(t);
+      EXPECT_EQ(attention_tiles(t, Isa::Avx2).tiled_key_scores, nullptr);
+      const size_t tiled = static_cast<size_t>((n_keys + kKeyTile - 1) / kKeyTile) * dim * kKeyTile;
+      std::vector<float> kt(tiled, -1.0f), kt_twin(tiled, -2.0f);
+      wide.widen_keys(dim, rows.data(), n_keys, kt.data());
+      scalar_widen(t)(dim, rows.data(), n_keys, kt_twin.data());
+      ASSERT_EQ(0, std::memcmp(kt.data(), kt_twin.data(), tiled * sizeof(float))) << type_name(t);
+      std::vector<float> q(kQ * dim);
+      for (float& v : q) v = nd(rng);
+      for (int n_q = 1; n_q <= kQ; ++n_q)
+        for (auto [k0, k1] : {std::pair{0, 37}, {0, 16}, {3, 29}, {16, 37}, {20, 21}, {31, 32}}) {
+          const int n = k1 - k0;
+          std::vector<float> want(n_q * n), got(n_q * n, 7.0f), twin(n_q * n, 8.0f);
+          wide.key_scores(dim, rows.data() + k0, n, q.data(), dim, n_q, want.data(), n);
+          wide.tiled_key_scores(dim, kt.data(), k0, k1, q.data(), dim, n_q, got.data(), n);
+          scalar::tiled_key_scores(dim, kt.data(), k0, k1, q.data(), dim, n_q, twin.data(), n);
+          EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float)))
+              << type_name(t) << " dim " << dim << " queries " << n_q << " keys " << k0 << ".."
+              << k1;
+          EXPECT_EQ(0, std::memcmp(twin.data(), want.data(), want.size() * sizeof(float)))
+              << type_name(t) << " dim " << dim << " queries " << n_q << " keys " << k0 << ".."
+              << k1;
+        }
     }
 }
 
