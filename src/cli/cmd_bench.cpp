@@ -1,17 +1,20 @@
 // `sluice bench`: prefill and decode throughput of one model, llama-bench style.
 //
-// Each test runs on a fresh session: `pp N` evaluates N prompt tokens in one batch, `tg N` decodes
-// N tokens after a one-token prompt, or after the text of -f (evaluated outside the measurement),
-// with greedy sampling and end-of-generation ignored, so the real decode path runs every step;
-// one token per forward pass unless --draft asks for speculative decoding (then the acceptance and
-// tokens per pass are printed too). A warm-up pass first touches the weights so the first
-// repetition does not pay page faults; with streamed experts it also fills the cache the way a
-// running server's would be. Expert statistics are taken as deltas around the timed part of each
-// repetition, so the MB/s and hit rate printed belong to that test alone. -d D1,D2 repeats every
-// test at each depth, as llama-bench's -d: D random tokens are evaluated first, outside the
-// measurement, and the test's rows attend to them ("pp512@d4096"). --replay-routing makes
-// the model route as a trace of another model says (learned routing at this model's expert
-// sizes); every output format then says so, since the tokens are no longer the model's.
+// Each test runs on a fresh session (at a depth, see -d below): `pp N` evaluates N prompt tokens in
+// one batch, `tg N` decodes N tokens after a one-token prompt, or after the text of -f (evaluated
+// outside the measurement), with greedy sampling and end-of-generation ignored, so the real decode
+// path runs every step; one token per forward pass unless --draft asks for speculative decoding
+// (then the acceptance and tokens per pass are printed too). A warm-up pass first touches the
+// weights so the first repetition does not pay page faults; with streamed experts it also fills the
+// cache the way a running server's would be. Expert statistics are taken as deltas around the timed
+// part of each repetition, so the MB/s and hit rate printed belong to that test alone. -d D1,D2
+// repeats every test at each depth, as llama-bench's -d: D random tokens are evaluated once per
+// depth, outside the measurement, into a session every test at that depth starts from (rolled back
+// to exactly the D tokens, which re-evaluates one row), and the test's rows attend to them
+// ("pp512@d4096"); evaluating the depth for each test and repetition instead cost 6 minutes each at
+// 16k on the 16-layer qwen3-30b-a3b preset, most of the run. --replay-routing makes the model route
+// as a trace of another model says (learned routing at this model's expert sizes); every output
+// format then says so, since the tokens are no longer the model's.
 // --decode-text FILE adds `td N` tests: the file's first N tokens evaluated one row a step, as if
 // the model had written them (teacher-forced decode), so the expert reads are those of real text at
 // decode's one row per pass; --timeline FILE.csv writes each such step's reads for plots of how the
@@ -111,6 +114,8 @@ struct TgSetup {
   std::vector<int32_t> prompt;
   DraftOptions draft;
   int depth = 0;              // -d: tokens already in the context when a test starts
+  std::vector<int32_t> depth_tokens;  // those tokens
+  Session* at_depth = nullptr;        // a session holding them (depth > 0)
   std::vector<int32_t> text;  // --decode-text: the tokens td tests evaluate
   FILE* timeline = nullptr;   // --timeline: one CSV row per td step
 };
@@ -126,18 +131,32 @@ struct Timing {
 // The context a test starts from at depth d: d random tokens, evaluated outside the measurement.
 constexpr uint32_t kDepthSeed = 7919;
 
+// The session a test runs in: a fresh one at depth 0; at a depth, the depth's session rolled back
+// to exactly its tokens (the cache keeps them; one row is evaluated again for the logits).
+Session& test_session(Engine& engine, const TgSetup& setup, std::unique_ptr<Session>& fresh) {
+  if (setup.depth == 0) {
+    fresh = engine.new_session();
+    return *fresh;
+  }
+  setup.at_depth->evaluate(setup.depth_tokens);
+  return *setup.at_depth;
+}
+
 Timing run_pp(Engine& engine, int n, uint32_t seed, const TgSetup& setup) {
-  auto session = engine.new_session();
-  auto tokens = random_tokens(setup.depth, engine.info().n_vocab, kDepthSeed + seed);
-  if (setup.depth > 0) session->evaluate(tokens);
+  std::unique_ptr<Session> fresh;
+  Session& session = test_session(engine, setup, fresh);
+  auto tokens = setup.depth_tokens;
   const auto prompt = random_tokens(n, engine.info().n_vocab, seed);
   tokens.insert(tokens.end(), prompt.begin(), prompt.end());
   Timer t;
   const ExpertStats before = engine.expert_stats();
   const uint64_t trace_begin = engine.routing_trace_rows();
-  session->evaluate(tokens);  // the depth is reused from the cache: n rows are evaluated
+  session.evaluate(tokens);  // the depth is reused from the cache: n rows are evaluated
   // In a pipeline the prompt is done when the last stage is: wait for its word.
   engine.share_token(0);
+  if (session.reused() != setup.depth)
+    fail("pp{}: {} tokens of the depth of {} came from the cache (the rest was evaluated again)", n,
+         session.reused(), setup.depth);
   Timing out{t.seconds(), 0, 0, 0, minus(engine.expert_stats(), before)};
   out.trace_begin = trace_begin;
   out.trace_end = engine.routing_trace_rows();
@@ -145,21 +164,24 @@ Timing run_pp(Engine& engine, int n, uint32_t seed, const TgSetup& setup) {
 }
 
 Timing run_tg(Engine& engine, int n, uint32_t seed, const TgSetup& setup) {
-  auto session = engine.new_session();
+  std::unique_ptr<Session> fresh;
+  Session& session = test_session(engine, setup, fresh);
   GenerateOptions go;
   go.max_tokens = n;
   go.sampling.temperature = 0;
   go.stop_at_eog = false;
   go.draft = setup.draft;
-  const auto prompt = setup.prompt.empty()
-                          ? random_tokens(setup.depth + 1, engine.info().n_vocab, kDepthSeed + seed)
-                          : setup.prompt;
+  auto prompt = setup.prompt;
+  if (prompt.empty()) {  // the depth, then one random token
+    prompt = setup.depth_tokens;
+    prompt.push_back(random_tokens(1, engine.info().n_vocab, kDepthSeed + seed)[0]);
+  }
   // A prompt file or the depth is evaluated first, outside the measurement (generate() then reuses
   // it).
-  if (prompt.size() > 1) session->evaluate(prompt);
+  if (prompt.size() > 1) session.evaluate(prompt);
   const ExpertStats before = engine.expert_stats();
   const uint64_t trace_begin = engine.routing_trace_rows();
-  GenerateResult r = session->generate(prompt, go, [](int32_t, std::string_view) { return true; });
+  GenerateResult r = session.generate(prompt, go, [](int32_t, std::string_view) { return true; });
   if (static_cast<int>(r.tokens.size()) != n)
     fail("tg{}: generated {} tokens instead of {}", n, r.tokens.size(), n);
   Timing out{r.decode_seconds, r.n_drafted, r.n_accepted, r.n_steps, minus(engine.expert_stats(), before)};
@@ -378,8 +400,21 @@ int cmd_bench(int argc, char** argv) {
         timeline.get());
     setup.timeline = timeline.get();
   }
+  std::unique_ptr<Session> depth_session;
   for (const int depth : depths) {
     setup.depth = depth;
+    depth_session.reset();  // the last depth's cache goes before this one's is filled
+    setup.at_depth = nullptr;
+    setup.depth_tokens = random_tokens(depth, mi.n_vocab, kDepthSeed);
+    if (depth > 0) {
+      depth_session = engine->new_session();
+      Timer t;
+      depth_session->evaluate(setup.depth_tokens);
+      const double secs = t.seconds();
+      SLUICE_LOG_INFO("depth {}: evaluated in {:.1f} s ({:.2f} t/s), once for every test at it",
+                      depth, secs, depth / std::max(secs, 1e-9));
+      setup.at_depth = depth_session.get();
+    }
     for (int n : pps) measure(named("pp", n), n, run_pp);
     for (int n : tgs) {
       if (setup.text.empty())

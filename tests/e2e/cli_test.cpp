@@ -251,8 +251,8 @@ TEST(Cli, BenchTableLinesUp) {
 }
 
 // -d: every test again at each depth, named as llama-bench names them, the depth in every format;
-// the table's columns still line up with the longer names; a depth the context cannot hold is an
-// error before anything runs.
+// the table's columns still line up with the longer names; each depth is evaluated once; a depth
+// the context cannot hold is an error before anything runs.
 TEST(Cli, BenchRunsEachTestAtEachDepth) {
   Result r = run("bench -m " + kModel + " -p 16 -n 4 -d 0,48 -r 1 -o json");
   ASSERT_EQ(r.status, 0) << r.out;
@@ -269,6 +269,14 @@ TEST(Cli, BenchRunsEachTestAtEachDepth) {
   const std::vector<std::string> rows = table_rows(r.out);
   ASSERT_EQ(rows.size(), 4u) << r.out;  // header, rule, pp16@d48, tg4@d48: -d 48 alone runs no depth 0
   for (const std::string& row : rows) EXPECT_EQ(bar_columns(row), bar_columns(rows[0])) << row << "\n" << r.out;
+  // Each depth is evaluated once for all its tests and repetitions (each rolls back to it).
+  r = run("bench -m " + kModel + " -p 8,16 -n 4 -d 40,72 -r 2 -o csv");
+  ASSERT_EQ(r.status, 0) << r.out;
+  for (const char* depth : {"depth 40: evaluated in", "depth 72: evaluated in"}) {
+    const size_t at = r.out.find(depth);
+    EXPECT_NE(at, std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find(depth, at + 1), std::string::npos) << r.out;
+  }
   r = run("bench -m " + kModel + " -d 1000 -c 128");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.out.find("depth 1000 leaves no room in the context of 128"), std::string::npos) << r.out;
