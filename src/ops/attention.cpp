@@ -51,6 +51,13 @@ constexpr int32_t kRun = 32;
 // f16, Zen 4, requests into L2, one interleaved set of runs): 565-590 us at depth 4096 with runs
 // of 16, 587-621 with 8, 644-646 with 32; requesting two runs ahead instead of one, 573-620.
 constexpr int32_t kPrefetchedRun = 16;
+// Keys per kernel call of a one-token item, a share of the next run being requested before each
+// call: smaller bursts of requests, spread through the run's work. bench_attention DecodeInPass/1
+// (f16, Zen 4, runs of 16, interleaved rounds, minimum of 5 each): 569-588 us a layer at depth 4096
+// with calls of 8 keys against 644-715 with 16, and 2206-2413 at 16384 against 2500-2654 (one
+// round each way also fell to a slow mode of this machine, 3289 and 3946); calls of 4 keys were
+// slower than 8 (627-658 and 2414-2427), and of 2, slower than 16.
+constexpr int32_t kRequestPiece = 8;
 // Most tokens per item: their queries and a key run fit L1 together; more tokens would also make
 // fewer items than threads can balance.
 constexpr int64_t kMaxBlockTokens = 8;
@@ -134,6 +141,15 @@ struct Ahead {
   // Requests the next 1/parts of the range (the remainder with the last share).
   void issue_share(int parts) {
     for (uint64_t n = (lines + parts - 1) / parts; n > 0 && p < end; --n, p += 64) request_line(p);
+  }
+  // Calls f(c, m) for the consecutive pieces [c, c + m) of [s, e), at most `piece` keys each,
+  // requesting the next 1/parts of the range before each call.
+  template <class F>
+  void in_pieces(int parts, int32_t piece, int32_t s, int32_t e, F&& f) {
+    for (int32_t c = s; c < e; c += piece) {
+      issue_share(parts);
+      f(c, std::min(piece, e - c));
+    }
   }
 };
 
@@ -220,6 +236,10 @@ class Attender {
     // Scores, key runs shared by every token and head of the item: each run's rows are located
     // once, and read whole (all the item's KV heads) while they sit in L1.
     const int32_t run = it.nb > 1 ? kRun : kPrefetchedRun;
+    // Kernel calls per group and run, each after a share of the requests (a block of several
+    // tokens requests nothing: one call).
+    const int32_t piece = it.nb > 1 ? run : kRequestPiece;
+    const int parts = it.ng * ((run + piece - 1) / piece);
     const Span next_keys{s1, std::min(s1 + kSegment, last_position(it) + 1)};
     const std::byte* rows[kRun];
     const std::byte* krows[kRun];
@@ -234,7 +254,6 @@ class Attender {
       Ahead ahead = a + run < all.k1 ? request_run(seq, {a + run, all.k1}, run, false, it, kvh0, kvh1)
                                      : request_run(seq, all, run, true, it, kvh0, kvh1);
       for (int gi = 0; gi < it.ng; ++gi) {
-        ahead.issue_share(it.ng);
         const Group gr = group(it.g0 + gi);
         for (int i = 0; i < n; ++i) krows[i] = rows[i] + gr.kvh * k_head_;
         if (tiled) tiles_.widen_keys(p_.head_dim_k, krows, n, kt);
@@ -249,8 +268,10 @@ class Attender {
               tiles_.tiled_key_scores(p_.head_dim_k, kt, s - a, e - a, qb + j0 * p_.head_dim_k,
                                       p_.head_dim_k, nq, out + j0 * kSegment, kSegment);
             else
-              tiles_.key_scores(p_.head_dim_k, krows + (s - a), e - s, qb + j0 * p_.head_dim_k,
-                                p_.head_dim_k, nq, out + j0 * kSegment, kSegment);
+              ahead.in_pieces(parts, piece, s, e, [&](int32_t c, int32_t m) {
+                tiles_.key_scores(p_.head_dim_k, krows + (c - a), m, qb + j0 * p_.head_dim_k,
+                                  p_.head_dim_k, nq, out + j0 * kSegment + (c - s), kSegment);
+              });
           }
         }
       }
@@ -285,7 +306,6 @@ class Attender {
       Ahead ahead = a + run < all.k1 ? request_run(seq, {a + run, all.k1}, run, true, it, kvh0, kvh1)
                                      : request_run(seq, next_keys, run, false, it, kvh0, kvh1);
       for (int gi = 0; gi < it.ng; ++gi) {
-        ahead.issue_share(it.ng);
         const Group gr = group(it.g0 + gi);
         for (int i = 0; i < n; ++i) {
           vraw[i] = rows[i] + gr.kvh * v_head_;
@@ -297,13 +317,15 @@ class Attender {
           for (int j0 = 0; j0 < gr.nh; j0 += kMaxTileQueries) {
             const int i = b * ns + gi * kGroupHeads + j0,
                       nq = std::min(kMaxTileQueries, gr.nh - j0);
-            const float* w = sc + static_cast<int64_t>(i) * kSegment + (s - s0);
-            if (vsums_stored_)
-              vsums_stored_(dv, vraw + (s - a), e - s, w, kSegment, nq,
-                            acc + static_cast<int64_t>(i) * dv, dv);
-            else
-              tiles_.value_sums(dv, vrows + (s - a), e - s, w, kSegment, nq,
-                                acc + static_cast<int64_t>(i) * dv, dv);
+            const float* w = sc + static_cast<int64_t>(i) * kSegment;  // position s0's weight
+            float* ai = acc + static_cast<int64_t>(i) * dv;
+            // Pieces in key order: each call adds its keys to the sums the previous one left.
+            ahead.in_pieces(parts, piece, s, e, [&](int32_t c, int32_t m) {
+              if (vsums_stored_)
+                vsums_stored_(dv, vraw + (c - a), m, w + (c - s0), kSegment, nq, ai, dv);
+              else
+                tiles_.value_sums(dv, vrows + (c - a), m, w + (c - s0), kSegment, nq, ai, dv);
+            });
           }
         }
       }
