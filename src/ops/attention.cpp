@@ -236,10 +236,9 @@ class Attender {
     // Scores, key runs shared by every token and head of the item: each run's rows are located
     // once, and read whole (all the item's KV heads) while they sit in L1.
     const int32_t run = it.nb > 1 ? kRun : kPrefetchedRun;
-    // Kernel calls per group and run, each after a share of the requests (a block of several
-    // tokens requests nothing: one call).
+    // Keys per kernel call, each call after a share of the requests (a block of several tokens
+    // requests nothing: one call per run).
     const int32_t piece = it.nb > 1 ? run : kRequestPiece;
-    const int parts = it.ng * ((run + piece - 1) / piece);
     const Span next_keys{s1, std::min(s1 + kSegment, last_position(it) + 1)};
     const std::byte* rows[kRun];
     const std::byte* krows[kRun];
@@ -249,6 +248,7 @@ class Attender {
     float* kt = tiled ? sized(t_keys, static_cast<size_t>(kRun) * p_.head_dim_k) : nullptr;
     for (int32_t a = all.k0; a < all.k1; a += run) {
       const int n = std::min(run, all.k1 - a);
+      const int parts = it.ng * ((n + piece - 1) / piece);  // the calls this run makes
       kv_.k_rows(seq, layer_, a, n, rows);
       // The last key run requests the first value run.
       Ahead ahead = a + run < all.k1 ? request_run(seq, {a + run, all.k1}, run, false, it, kvh0, kvh1)
@@ -296,6 +296,7 @@ class Attender {
     const float* vrows[kRun];
     for (int32_t a = all.k0; a < all.k1; a += run) {
       const int n = std::min(run, all.k1 - a);
+      const int parts = it.ng * ((n + piece - 1) / piece);
       if (p_.values_in_keys)
         kv_.k_rows(seq, layer_, a, n, rows);
       else
