@@ -53,10 +53,12 @@ constexpr int32_t kRun = 32;
 constexpr int32_t kPrefetchedRun = 16;
 // Keys per kernel call of a one-token item, a share of the next run being requested before each
 // call: smaller bursts of requests, spread through the run's work. bench_attention DecodeInPass/1
-// (f16, Zen 4, runs of 16, interleaved rounds, minimum of 5 each): 569-588 us a layer at depth 4096
-// with calls of 8 keys against 644-715 with 16, and 2206-2413 at 16384 against 2500-2654 (one
-// round each way also fell to a slow mode of this machine, 3289 and 3946); calls of 4 keys were
-// slower than 8 (627-658 and 2414-2427), and of 2, slower than 16.
+// (f16, Zen 4, runs of 16, interleaved rounds in one session, minimum of 5 each, runs that fell
+// into a slow mode of that machine left out: 907-973 and 3289-4367 us with either size): 569-588
+// us a layer at depth 4096 with calls of 8 keys against 644-715 with 16 (one call per head group,
+// the scheme the run lengths above were measured with, on another day), and 2206-2413 at 16384
+// against 2500-2654; calls of 4 keys were slower than 8 (627-658 and 2414-2445), and of 2 slower
+// than 16.
 constexpr int32_t kRequestPiece = 8;
 // Most tokens per item: their queries and a key run fit L1 together; more tokens would also make
 // fewer items than threads can balance.
@@ -239,6 +241,9 @@ class Attender {
     // Keys per kernel call, each call after a share of the requests (a block of several tokens
     // requests nothing: one call per run).
     const int32_t piece = it.nb > 1 ? run : kRequestPiece;
+    // The calls a run of n keys makes, which share its requests: one per piece and head group (a
+    // one-token item's group is one tile of queries).
+    auto calls = [&](int n) { return it.ng * ((n + piece - 1) / piece); };
     const Span next_keys{s1, std::min(s1 + kSegment, last_position(it) + 1)};
     const std::byte* rows[kRun];
     const std::byte* krows[kRun];
@@ -248,7 +253,7 @@ class Attender {
     float* kt = tiled ? sized(t_keys, static_cast<size_t>(kRun) * p_.head_dim_k) : nullptr;
     for (int32_t a = all.k0; a < all.k1; a += run) {
       const int n = std::min(run, all.k1 - a);
-      const int parts = it.ng * ((n + piece - 1) / piece);  // the calls this run makes
+      const int parts = calls(n);
       kv_.k_rows(seq, layer_, a, n, rows);
       // The last key run requests the first value run.
       Ahead ahead = a + run < all.k1 ? request_run(seq, {a + run, all.k1}, run, false, it, kvh0, kvh1)
@@ -296,7 +301,7 @@ class Attender {
     const float* vrows[kRun];
     for (int32_t a = all.k0; a < all.k1; a += run) {
       const int n = std::min(run, all.k1 - a);
-      const int parts = it.ng * ((n + piece - 1) / piece);
+      const int parts = calls(n);
       if (p_.values_in_keys)
         kv_.k_rows(seq, layer_, a, n, rows);
       else
